@@ -1,0 +1,36 @@
+//! The `hxcomm` command: a thin shell over the library crates.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "hxcomm", version, about = "Multi-rail communication layer for commodity clusters")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start N ranks of a program (the launcher).
+    Run(hx_launcher::RunArgs),
+    /// Manage the emulated cluster (network namespaces with rate-limited rails).
+    Net(hx_testbed::NetArgs),
+    /// Point-to-point benchmarks, run as ranks under `hxcomm run`.
+    Bench(hx_bench::BenchArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("HX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let code = match Cli::parse().command {
+        Command::Run(a) => hx_launcher::run(a),
+        Command::Net(a) => hx_testbed::run(a),
+        Command::Bench(a) => hx_bench::run(a),
+    };
+    std::process::exit(code);
+}
