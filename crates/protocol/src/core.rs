@@ -1,0 +1,672 @@
+//! Requests, matching and sequencing: the state that one process keeps about all its peers.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use hx_wire::{FrameHeader, FrameKind};
+
+use crate::rx::RxState;
+use crate::slab::{Handle, Slab};
+use crate::tx::TxItem;
+use crate::{Buffer, Completion, Config, EpId, Policy, ProtoError, Rank, ReqId, Status};
+
+pub(crate) struct Request<B> {
+    pub buf: B,
+    pub kind: ReqKind,
+    pub completion: Completion,
+}
+
+pub(crate) enum ReqKind {
+    Send(SendState),
+    Recv(RecvState),
+}
+
+pub(crate) struct SendState {
+    pub peer: Rank,
+    /// Payload bytes not yet handed to the kernel.
+    pub unwritten: usize,
+}
+
+pub(crate) struct RecvState {
+    pub ep: EpId,
+    pub src: Option<Rank>,
+    pub tag: Option<u64>,
+    /// Set when matched.
+    pub status: Option<Status>,
+    /// Payload bytes (as sent) still to arrive.
+    pub unreceived: usize,
+    /// `(peer, seq)` of the rendezvous this receive is the target of.
+    pub rdv: Option<(Rank, u64)>,
+}
+
+/// A message that arrived before a matching receive was posted, or before its turn in sequence.
+pub(crate) struct Unexp {
+    pub src: Rank,
+    pub src_ep: EpId,
+    pub dst_ep: EpId,
+    pub tag: u64,
+    pub seq: u64,
+    pub len: usize,
+    pub body: Body,
+}
+
+pub(crate) enum Body {
+    Eager {
+        data: Vec<u8>,
+        filled: usize,
+        /// A receive matched it while its payload was still arriving.
+        claimed: Option<ReqId>,
+    },
+    Rts,
+}
+
+#[derive(Default)]
+pub(crate) struct EpQueues {
+    pub posted: VecDeque<ReqId>,
+    pub unexpected: VecDeque<Handle>,
+}
+
+/// Large-message data that rails pull chunk by chunk (adaptive policy).
+pub(crate) struct PullJob {
+    pub req: ReqId,
+    pub seq: u64,
+    pub next: usize,
+    pub end: usize,
+}
+
+pub(crate) struct Rail {
+    pub tx: VecDeque<TxItem>,
+    /// Bytes queued on this rail and not yet written.
+    pub queued: usize,
+    pub tx_bytes: u64,
+    pub rx: RxState,
+}
+
+pub(crate) struct Peer {
+    pub rails: Vec<Rail>,
+    pub tx_seq: u64,
+    pub rx_seq: u64,
+    /// Arrivals ahead of `rx_seq`, held until their turn.
+    pub reorder: BTreeMap<u64, Handle>,
+    pub wait_cts: HashMap<u64, ReqId>,
+    pub rdv_recv: HashMap<u64, ReqId>,
+    pub pull_q: VecDeque<PullJob>,
+    pub rr_next: usize,
+    pub failed: Option<String>,
+    pub dirty: bool,
+}
+
+/// Counters for tests and reports.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub tx_bytes_per_rail: Vec<u64>,
+}
+
+/// The protocol state of one process. `B` is the caller's buffer type.
+pub struct Core<B> {
+    pub(crate) me: Rank,
+    pub(crate) cfg: Config,
+    pub(crate) peers: Vec<Peer>,
+    pub(crate) reqs: Slab<Request<B>>,
+    pub(crate) unexp: Slab<Unexp>,
+    pub(crate) eps: HashMap<EpId, EpQueues>,
+    pub(crate) dirty: Vec<Rank>,
+    pub(crate) spare_bufs: Vec<Vec<u8>>,
+}
+
+fn matches(src: Option<Rank>, tag: Option<u64>, msg_src: Rank, msg_tag: u64) -> bool {
+    src.is_none_or(|s| s == msg_src) && tag.is_none_or(|t| t == msg_tag)
+}
+
+impl<B: Buffer> Core<B> {
+    pub fn new(me: Rank, size: u32, cfg: Config) -> Self {
+        let peers = (0..size)
+            .map(|_| Peer {
+                rails: Vec::new(),
+                tx_seq: 0,
+                rx_seq: 0,
+                reorder: BTreeMap::new(),
+                wait_cts: HashMap::new(),
+                rdv_recv: HashMap::new(),
+                pull_q: VecDeque::new(),
+                rr_next: 0,
+                failed: None,
+                dirty: false,
+            })
+            .collect();
+        Core {
+            me,
+            cfg,
+            peers,
+            reqs: Slab::new(),
+            unexp: Slab::new(),
+            eps: HashMap::new(),
+            dirty: Vec::new(),
+            spare_bufs: Vec::new(),
+        }
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.me
+    }
+
+    pub fn size(&self) -> u32 {
+        self.peers.len() as u32
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Declares that `peer` is reached over `n` rails (numbered 0..n).
+    pub fn set_rails(&mut self, peer: Rank, n: usize) {
+        let stage = self.cfg.stage_size;
+        let p = &mut self.peers[peer as usize];
+        p.rails = (0..n)
+            .map(|_| Rail {
+                tx: VecDeque::new(),
+                queued: 0,
+                tx_bytes: 0,
+                rx: RxState::new(stage),
+            })
+            .collect();
+    }
+
+    pub fn rails(&self, peer: Rank) -> usize {
+        self.peers[peer as usize].rails.len()
+    }
+
+    pub fn stats(&self, peer: Rank) -> Stats {
+        Stats {
+            tx_bytes_per_rail: self.peers[peer as usize]
+                .rails
+                .iter()
+                .map(|r| r.tx_bytes)
+                .collect(),
+        }
+    }
+
+    fn check_peer(&self, peer: Rank) -> Result<(), ProtoError> {
+        if peer as usize >= self.peers.len() {
+            return Err(ProtoError::Invalid(format!(
+                "rank {peer} out of range (job size {})",
+                self.peers.len()
+            )));
+        }
+        if peer != self.me && self.peers[peer as usize].rails.is_empty() {
+            return Err(ProtoError::Invalid(format!("no rail to rank {peer}")));
+        }
+        Ok(())
+    }
+
+    /// Starts sending `buf` to endpoint `dst_ep` of `peer`. The buffer stays with the request until
+    /// it completes.
+    pub fn send(
+        &mut self,
+        peer: Rank,
+        src_ep: EpId,
+        dst_ep: EpId,
+        tag: u64,
+        buf: B,
+    ) -> Result<ReqId, ProtoError> {
+        self.check_peer(peer)?;
+        let len = buf.as_slice().len();
+        if len > u32::MAX as usize * 16 {
+            return Err(ProtoError::Invalid(format!(
+                "message of {len} bytes too large"
+            )));
+        }
+        let req = self.reqs.insert(Request {
+            buf,
+            kind: ReqKind::Send(SendState {
+                peer,
+                unwritten: len,
+            }),
+            completion: Completion::Pending,
+        });
+        if let Some(reason) = &self.peers[peer as usize].failed {
+            let err = ProtoError::PeerFailed {
+                peer,
+                reason: reason.clone(),
+            };
+            self.reqs.get_mut(req).unwrap().completion = Completion::Failed(err);
+            return Ok(req);
+        }
+        if peer == self.me {
+            self.send_to_self(req, src_ep, dst_ep, tag);
+            return Ok(req);
+        }
+        let p = &mut self.peers[peer as usize];
+        let seq = p.tx_seq;
+        p.tx_seq += 1;
+        let mut h = FrameHeader::new(FrameKind::Eager);
+        h.src_ep = src_ep;
+        h.dst_ep = dst_ep;
+        h.seq = seq;
+        h.tag = tag;
+        h.value = len as u64;
+        let rail = self.pick_rail(peer);
+        if len <= self.cfg.eager_limit {
+            h.payload_len = len as u32;
+            self.enqueue(peer, rail, TxItem::new(h, Some((req, 0, len)), Some(req)));
+        } else {
+            h.kind = FrameKind::Rts;
+            self.peers[peer as usize].wait_cts.insert(seq, req);
+            self.enqueue(peer, rail, TxItem::new(h, None, None));
+        }
+        Ok(req)
+    }
+
+    fn send_to_self(&mut self, req: ReqId, src_ep: EpId, dst_ep: EpId, tag: u64) {
+        let r = self.reqs.get_mut(req).unwrap();
+        let len = r.buf.as_slice().len();
+        let mut data = self.spare_bufs.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(r.buf.as_slice());
+        r.completion = Completion::Done(Status {
+            source: self.me,
+            src_ep,
+            tag,
+            len,
+            truncated: false,
+        });
+        let u = self.unexp.insert(Unexp {
+            src: self.me,
+            src_ep,
+            dst_ep,
+            tag,
+            seq: 0,
+            len,
+            body: Body::Eager {
+                data,
+                filled: len,
+                claimed: None,
+            },
+        });
+        self.deliver_in_order(u);
+    }
+
+    /// Posts a receive on endpoint `ep` for a message from `src` (any if `None`) with tag `tag`
+    /// (any if `None`).
+    pub fn recv(
+        &mut self,
+        ep: EpId,
+        src: Option<Rank>,
+        tag: Option<u64>,
+        buf: B,
+    ) -> Result<ReqId, ProtoError> {
+        if let Some(s) = src {
+            if s as usize >= self.peers.len() {
+                return Err(ProtoError::Invalid(format!(
+                    "source rank {s} out of range (job size {})",
+                    self.peers.len()
+                )));
+            }
+        }
+        let req = self.reqs.insert(Request {
+            buf,
+            kind: ReqKind::Recv(RecvState {
+                ep,
+                src,
+                tag,
+                status: None,
+                unreceived: 0,
+                rdv: None,
+            }),
+            completion: Completion::Pending,
+        });
+        let q = self.eps.entry(ep).or_default();
+        let found = q.unexpected.iter().position(|&u| {
+            let m = self.unexp.get(u).unwrap();
+            matches(src, tag, m.src, m.tag)
+        });
+        match found {
+            Some(i) => {
+                let u = q.unexpected.remove(i).unwrap();
+                self.match_unexp(u, req);
+            }
+            None => {
+                if let Some(s) = src {
+                    if let Some(reason) = &self.peers[s as usize].failed {
+                        let err = ProtoError::PeerFailed {
+                            peer: s,
+                            reason: reason.clone(),
+                        };
+                        self.reqs.get_mut(req).unwrap().completion = Completion::Failed(err);
+                        return Ok(req);
+                    }
+                }
+                q.posted.push_back(req);
+            }
+        }
+        Ok(req)
+    }
+
+    /// Where a request stands.
+    pub fn poll(&self, req: ReqId) -> Option<&Completion> {
+        self.reqs.get(req).map(|r| &r.completion)
+    }
+
+    pub fn is_pending(&self, req: ReqId) -> bool {
+        matches!(self.poll(req), Some(Completion::Pending))
+    }
+
+    /// Removes a finished request and gives its buffer back. A pending request stays.
+    pub fn take(&mut self, req: ReqId) -> Option<(Completion, B)> {
+        if self.is_pending(req) {
+            return None;
+        }
+        self.reqs.remove(req).map(|r| (r.completion, r.buf))
+    }
+
+    /// Cancels a posted receive that has not matched yet. Returns its buffer.
+    pub fn cancel_recv(&mut self, req: ReqId) -> Option<B> {
+        let ep = match &self.reqs.get(req)?.kind {
+            ReqKind::Recv(r) if r.status.is_none() => r.ep,
+            _ => return None,
+        };
+        let q = self.eps.get_mut(&ep)?;
+        let i = q.posted.iter().position(|&r| r == req)?;
+        q.posted.remove(i);
+        self.reqs.remove(req).map(|r| r.buf)
+    }
+
+    /// Is there a message that a receive with these filters would match right now?
+    pub fn probe(&self, ep: EpId, src: Option<Rank>, tag: Option<u64>) -> Option<Status> {
+        let q = self.eps.get(&ep)?;
+        q.unexpected.iter().find_map(|&u| {
+            let m = self.unexp.get(u)?;
+            matches(src, tag, m.src, m.tag).then_some(Status {
+                source: m.src,
+                src_ep: m.src_ep,
+                tag: m.tag,
+                len: m.len,
+                truncated: false,
+            })
+        })
+    }
+
+    /// Peers with frames queued since the last call: the driver should try to write to them.
+    pub fn take_dirty(&mut self, out: &mut Vec<Rank>) {
+        for &p in &self.dirty {
+            self.peers[p as usize].dirty = false;
+        }
+        out.append(&mut self.dirty);
+    }
+
+    /// Fails every operation that involves `peer` (its connection broke, or it died).
+    pub fn fail_peer(&mut self, peer: Rank, reason: &str) {
+        let p = &mut self.peers[peer as usize];
+        if p.failed.is_some() {
+            return;
+        }
+        p.failed = Some(reason.to_string());
+        for r in &mut p.rails {
+            r.tx.clear();
+            r.queued = 0;
+            r.rx.reset();
+        }
+        p.pull_q.clear();
+        p.wait_cts.clear();
+        p.rdv_recv.clear();
+        let held: Vec<Handle> = std::mem::take(&mut p.reorder).into_values().collect();
+        for u in held {
+            self.free_unexp(u);
+        }
+        let err = ProtoError::PeerFailed {
+            peer,
+            reason: reason.to_string(),
+        };
+        let mut failed_recvs = Vec::new();
+        for (h, r) in self.reqs.iter_mut() {
+            if r.completion != Completion::Pending {
+                continue;
+            }
+            let involved = match &r.kind {
+                ReqKind::Send(s) => s.peer == peer,
+                ReqKind::Recv(rv) => match &rv.status {
+                    Some(st) => st.source == peer,
+                    None => rv.src == Some(peer),
+                },
+            };
+            if involved {
+                r.completion = Completion::Failed(err.clone());
+                if let ReqKind::Recv(_) = r.kind {
+                    failed_recvs.push(h);
+                }
+            }
+        }
+        for q in self.eps.values_mut() {
+            q.posted.retain(|r| !failed_recvs.contains(r));
+        }
+        // Claimed partial eager messages from the failed peer: their receives failed above.
+        let mut dead = Vec::new();
+        for (h, u) in self.unexp.iter_mut() {
+            if u.src == peer {
+                if let Body::Eager { filled, .. } = u.body {
+                    if filled < u.len {
+                        dead.push(h);
+                    }
+                }
+            }
+        }
+        for q in self.eps.values_mut() {
+            q.unexpected.retain(|u| !dead.contains(u));
+        }
+        for u in dead {
+            self.free_unexp(u);
+        }
+    }
+
+    pub fn peer_failed(&self, peer: Rank) -> Option<&str> {
+        self.peers[peer as usize].failed.as_deref()
+    }
+
+    /// Number of requests alive (pending or finished but not taken).
+    pub fn live_requests(&self) -> usize {
+        self.reqs.len()
+    }
+
+    /// Number of messages held unexpected or out of order.
+    pub fn held_messages(&self) -> usize {
+        self.unexp.len()
+    }
+
+    // ---- internals shared by rx and tx ----
+
+    pub(crate) fn mark_dirty(&mut self, peer: Rank) {
+        let p = &mut self.peers[peer as usize];
+        if !p.dirty {
+            p.dirty = true;
+            self.dirty.push(peer);
+        }
+    }
+
+    pub(crate) fn alloc_buf(&mut self, len: usize) -> Vec<u8> {
+        let mut v = self.spare_bufs.pop().unwrap_or_default();
+        v.clear();
+        v.resize(len, 0);
+        v
+    }
+
+    pub(crate) fn free_unexp(&mut self, u: Handle) {
+        if let Some(Unexp {
+            body: Body::Eager { data, .. },
+            ..
+        }) = self.unexp.remove(u)
+        {
+            if self.spare_bufs.len() < 64 && data.capacity() <= 4 * self.cfg.eager_limit {
+                self.spare_bufs.push(data);
+            }
+        }
+    }
+
+    pub(crate) fn complete(&mut self, req: ReqId, c: Completion) {
+        if let Some(r) = self.reqs.get_mut(req) {
+            r.completion = c;
+        }
+    }
+
+    /// An arrival whose turn in sequence has come: match it or queue it as unexpected.
+    pub(crate) fn deliver_in_order(&mut self, u: Handle) {
+        let m = self.unexp.get(u).unwrap();
+        let (ep, src, tag) = (m.dst_ep, m.src, m.tag);
+        match self.take_posted(ep, src, tag) {
+            Some(req) => self.match_unexp(u, req),
+            None => q_push(&mut self.eps, ep, u),
+        }
+    }
+
+    /// Finds and removes the first posted receive on `ep` that matches.
+    pub(crate) fn take_posted(&mut self, ep: EpId, src: Rank, tag: u64) -> Option<ReqId> {
+        let q = self.eps.get_mut(&ep)?;
+        let reqs = &self.reqs;
+        let i = q
+            .posted
+            .iter()
+            .position(|&r| match &reqs.get(r).unwrap().kind {
+                ReqKind::Recv(rv) => matches(rv.src, rv.tag, src, tag),
+                ReqKind::Send(_) => false,
+            })?;
+        q.posted.remove(i)
+    }
+
+    /// Records in a receive what it matched. Returns the receive buffer's capacity.
+    pub(crate) fn set_matched(
+        &mut self,
+        req: ReqId,
+        src: Rank,
+        src_ep: EpId,
+        tag: u64,
+        len: usize,
+        rdv: Option<(Rank, u64)>,
+    ) {
+        let r = self.reqs.get_mut(req).unwrap();
+        let cap = r.buf.as_slice().len();
+        if let ReqKind::Recv(rv) = &mut r.kind {
+            rv.status = Some(Status {
+                source: src,
+                src_ep,
+                tag,
+                len,
+                truncated: len > cap,
+            });
+            rv.unreceived = len;
+            rv.rdv = rdv;
+        }
+    }
+
+    /// A receive met a held message.
+    fn match_unexp(&mut self, u: Handle, req: ReqId) {
+        let m = self.unexp.get(u).unwrap();
+        let (src, src_ep, tag, len, seq) = (m.src, m.src_ep, m.tag, m.len, m.seq);
+        match &m.body {
+            Body::Rts => {
+                self.free_unexp(u);
+                self.start_rdv_recv(src, seq, req, src_ep, tag, len);
+            }
+            Body::Eager { filled, .. } => {
+                let done = *filled == len;
+                self.set_matched(req, src, src_ep, tag, len, None);
+                if done {
+                    self.finish_claimed(u, req);
+                } else if let Some(Unexp {
+                    body: Body::Eager { claimed, .. },
+                    ..
+                }) = self.unexp.get_mut(u)
+                {
+                    *claimed = Some(req);
+                }
+            }
+        }
+    }
+
+    /// Copies a fully arrived held message into the receive that claimed it.
+    pub(crate) fn finish_claimed(&mut self, u: Handle, req: ReqId) {
+        if let (Some(m), Some(r)) = (self.unexp.get(u), self.reqs.get_mut(req)) {
+            if let Body::Eager { data, .. } = &m.body {
+                let dst = r.buf.as_mut_slice();
+                let n = dst.len().min(data.len());
+                dst[..n].copy_from_slice(&data[..n]);
+            }
+            if let ReqKind::Recv(rv) = &mut r.kind {
+                rv.unreceived = 0;
+                let st = rv.status.unwrap();
+                r.completion = Completion::Done(st);
+            }
+        }
+        self.free_unexp(u);
+    }
+
+    /// The receiver's side of a matched rendezvous: ask the sender for the data.
+    pub(crate) fn start_rdv_recv(
+        &mut self,
+        peer: Rank,
+        seq: u64,
+        req: ReqId,
+        src_ep: EpId,
+        tag: u64,
+        len: usize,
+    ) {
+        self.set_matched(req, peer, src_ep, tag, len, Some((peer, seq)));
+        if len == 0 {
+            let st = self.recv_status(req);
+            self.complete(req, Completion::Done(st));
+        } else {
+            self.peers[peer as usize].rdv_recv.insert(seq, req);
+        }
+        let mut h = FrameHeader::new(FrameKind::Cts);
+        h.seq = seq;
+        h.dst_ep = src_ep;
+        let rail = self.pick_rail(peer);
+        self.enqueue(peer, rail, TxItem::new(h, None, None));
+    }
+
+    pub(crate) fn recv_status(&self, req: ReqId) -> Status {
+        match &self.reqs.get(req).unwrap().kind {
+            ReqKind::Recv(rv) => rv.status.unwrap(),
+            ReqKind::Send(_) => unreachable!("recv_status on a send"),
+        }
+    }
+
+    /// Rail for a small message or control frame.
+    pub(crate) fn pick_rail(&mut self, peer: Rank) -> usize {
+        let me = self.me;
+        let p = &mut self.peers[peer as usize];
+        let n = p.rails.len();
+        let bound = (me as usize + peer as usize) % n;
+        match self.cfg.policy {
+            Policy::Bind => bound,
+            Policy::RoundRobin | Policy::Stripe => {
+                let r = p.rr_next % n;
+                p.rr_next = (r + 1) % n;
+                r
+            }
+            Policy::Adaptive => {
+                // The least loaded rail, preferring the bound one so that a quiet pair keeps its
+                // traffic (and its cache-warm socket) on one rail.
+                let mut best = bound;
+                for i in 0..n {
+                    let r = (bound + i) % n;
+                    if p.rails[r].queued < p.rails[best].queued {
+                        best = r;
+                    }
+                    if p.rails[best].queued == 0 {
+                        break;
+                    }
+                }
+                best
+            }
+        }
+    }
+
+    pub(crate) fn enqueue(&mut self, peer: Rank, rail: usize, item: TxItem) {
+        let r = &mut self.peers[peer as usize].rails[rail];
+        r.queued += item.total_len();
+        r.tx.push_back(item);
+        self.mark_dirty(peer);
+    }
+}
+
+fn q_push(eps: &mut HashMap<EpId, EpQueues>, ep: EpId, u: Handle) {
+    eps.entry(ep).or_default().unexpected.push_back(u);
+}

@@ -1,0 +1,182 @@
+//! A deterministic simulator: several [`Core`]s joined by in-memory byte pipes, one per direction
+//! per rail, advanced in a random but seeded order. Rails progress at different, changing rates,
+//! so frames overtake each other across rails exactly as they may on a real network; the same
+//! seed replays the same interleaving.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use crate::{Config, Core, ProtoError};
+
+/// A small seeded PRNG (xorshift64*), so that runs replay without a dependency.
+#[derive(Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+    }
+}
+
+struct Pipe {
+    bytes: VecDeque<u8>,
+    /// How many bytes the pipe holds before the sender sees it full (a socket buffer).
+    cap: usize,
+    /// Relative speed: the largest transfer one step makes.
+    burst: usize,
+}
+
+/// `n` cores, each pair joined by `rails` pipes in each direction.
+pub struct Cluster {
+    pub cores: Vec<Core<Vec<u8>>>,
+    pipes: Vec<Pipe>,
+    rails: usize,
+    pub rng: Rng,
+    pub steps: u64,
+}
+
+impl Cluster {
+    pub fn new(n: usize, rails: usize, cfg: Config, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut cores: Vec<Core<Vec<u8>>> = (0..n)
+            .map(|i| Core::new(i as u32, n as u32, cfg.clone()))
+            .collect();
+        for (i, c) in cores.iter_mut().enumerate() {
+            for j in 0..n {
+                if i != j {
+                    c.set_rails(j as u32, rails);
+                }
+            }
+        }
+        let pipes = (0..n * n * rails)
+            .map(|_| Pipe {
+                bytes: VecDeque::new(),
+                cap: rng.range(64, 256 * 1024),
+                burst: rng.range(1, 96 * 1024),
+            })
+            .collect();
+        Cluster {
+            cores,
+            pipes,
+            rails,
+            rng,
+            steps: 0,
+        }
+    }
+
+    fn pipe_index(&self, src: usize, dst: usize, rail: usize) -> usize {
+        (src * self.cores.len() + dst) * self.rails + rail
+    }
+
+    /// Makes one random move; returns false if nothing anywhere can move.
+    pub fn step(&mut self) -> Result<bool, ProtoError> {
+        let n = self.cores.len();
+        let moves = n * n * self.rails * 2;
+        let start = self.rng.range(0, moves - 1);
+        for k in 0..moves {
+            let m = (start + k) % moves;
+            let (pipe, side) = (m / 2, m % 2);
+            let rail = pipe % self.rails;
+            let src = pipe / self.rails / n;
+            let dst = pipe / self.rails % n;
+            if src == dst {
+                continue;
+            }
+            let moved = if side == 0 {
+                self.transmit(src, dst, rail)
+            } else {
+                self.deliver(src, dst, rail)?
+            };
+            if moved {
+                self.steps += 1;
+                // Rates drift, so which rail is fastest changes during a run.
+                if self.rng.range(0, 63) == 0 {
+                    let burst = self.rng.range(1, 96 * 1024);
+                    self.pipes[pipe].burst = burst;
+                }
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn transmit(&mut self, src: usize, dst: usize, rail: usize) -> bool {
+        let pi = self.pipe_index(src, dst, rail);
+        let core = &mut self.cores[src];
+        if !core.tx_pending(dst as u32, rail) {
+            return false;
+        }
+        let pipe = &mut self.pipes[pi];
+        let room = pipe.cap.saturating_sub(pipe.bytes.len());
+        if room == 0 {
+            return false;
+        }
+        let limit = self.rng.range(1, room.min(pipe.burst).max(1));
+        let mut iov = [IoSlice::new(&[]); 8];
+        let cnt = core.tx_iovecs(dst as u32, rail, &mut iov);
+        let mut n = 0;
+        for s in &iov[..cnt] {
+            let take = s.len().min(limit - n);
+            pipe.bytes.extend(&s[..take]);
+            n += take;
+            if n == limit {
+                break;
+            }
+        }
+        core.tx_done(dst as u32, rail, n);
+        n > 0
+    }
+
+    fn deliver(&mut self, src: usize, dst: usize, rail: usize) -> Result<bool, ProtoError> {
+        let pi = self.pipe_index(src, dst, rail);
+        let pipe = &mut self.pipes[pi];
+        if pipe.bytes.is_empty() {
+            return Ok(false);
+        }
+        let limit = self.rng.range(1, pipe.bytes.len().min(pipe.burst));
+        let space = self.cores[dst].rx_space(src as u32, rail);
+        let n = limit.min(space.len());
+        for (d, b) in space[..n].iter_mut().zip(pipe.bytes.drain(..n)) {
+            *d = b;
+        }
+        self.cores[dst].rx_done(src as u32, rail, n)?;
+        Ok(n > 0)
+    }
+
+    /// Steps until `done` holds or nothing can move; returns whether `done` held.
+    pub fn run_until(
+        &mut self,
+        max_steps: u64,
+        mut done: impl FnMut(&mut Self) -> bool,
+    ) -> Result<bool, ProtoError> {
+        for _ in 0..max_steps {
+            if done(self) {
+                return Ok(true);
+            }
+            if !self.step()? {
+                return Ok(done(self));
+            }
+        }
+        Ok(done(self))
+    }
+
+    /// Injects raw bytes into the pipe `src -> dst` on `rail` (for malformed-input tests).
+    pub fn inject(&mut self, src: usize, dst: usize, rail: usize, bytes: &[u8]) {
+        let pi = self.pipe_index(src, dst, rail);
+        self.pipes[pi].bytes.extend(bytes);
+    }
+}

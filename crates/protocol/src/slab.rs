@@ -1,0 +1,115 @@
+//! A slab with generation-checked handles: request and unexpected-message tables reuse their slots,
+//! so the steady state allocates nothing, and a stale handle is refused instead of aliasing.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Handle {
+    pub(crate) idx: u32,
+    pub(crate) gen: u32,
+}
+
+impl Handle {
+    /// Packs the handle into one integer (for the C ABI).
+    pub fn to_u64(self) -> u64 {
+        ((self.gen as u64) << 32) | self.idx as u64
+    }
+
+    pub fn from_u64(v: u64) -> Self {
+        Handle {
+            idx: v as u32,
+            gen: (v >> 32) as u32,
+        }
+    }
+}
+
+struct Slot<T> {
+    gen: u32,
+    val: Option<T>,
+}
+
+pub(crate) struct Slab<T> {
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl<T> Slab<T> {
+    pub fn new() -> Self {
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+
+    pub fn insert(&mut self, val: T) -> Handle {
+        self.len += 1;
+        if let Some(idx) = self.free.pop() {
+            let s = &mut self.slots[idx as usize];
+            s.gen = s.gen.wrapping_add(1);
+            s.val = Some(val);
+            Handle { idx, gen: s.gen }
+        } else {
+            let idx = self.slots.len() as u32;
+            self.slots.push(Slot {
+                gen: 1,
+                val: Some(val),
+            });
+            Handle { idx, gen: 1 }
+        }
+    }
+
+    pub fn get(&self, h: Handle) -> Option<&T> {
+        match self.slots.get(h.idx as usize) {
+            Some(s) if s.gen == h.gen => s.val.as_ref(),
+            _ => None,
+        }
+    }
+
+    pub fn get_mut(&mut self, h: Handle) -> Option<&mut T> {
+        match self.slots.get_mut(h.idx as usize) {
+            Some(s) if s.gen == h.gen => s.val.as_mut(),
+            _ => None,
+        }
+    }
+
+    pub fn remove(&mut self, h: Handle) -> Option<T> {
+        match self.slots.get_mut(h.idx as usize) {
+            Some(s) if s.gen == h.gen && s.val.is_some() => {
+                self.free.push(h.idx);
+                self.len -= 1;
+                s.val.take()
+            }
+            _ => None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Handle, &mut T)> {
+        self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
+            let gen = s.gen;
+            s.val.as_mut().map(|v| (Handle { idx: i as u32, gen }, v))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_handles_are_refused() {
+        let mut s = Slab::new();
+        let a = s.insert(1);
+        assert_eq!(s.remove(a), Some(1));
+        let b = s.insert(2);
+        assert_eq!(a.idx, b.idx);
+        assert_eq!(s.get(a), None);
+        assert_eq!(s.get(b), Some(&2));
+        assert_eq!(s.remove(a), None);
+        assert_eq!(s.len(), 1);
+        assert_eq!(Handle::from_u64(b.to_u64()), b);
+    }
+}

@@ -1,0 +1,181 @@
+//! Deterministic scenarios and property tests of the protocol core over the simulator.
+
+mod common;
+
+use common::{pattern, run_scenario, small_config, Msg};
+use hx_protocol::sim::{Cluster, Rng};
+use hx_protocol::{Completion, Config, Policy, ProtoError};
+use proptest::prelude::*;
+
+fn msg_strategy(ranks: u32, max_len: usize) -> impl Strategy<Value = Msg> {
+    (
+        0..ranks,
+        1..ranks,
+        prop_oneof![0..64usize, 0..4096usize, 0..max_len],
+    )
+        .prop_map(move |(src, off, len)| Msg {
+            src,
+            dst: (src + off) % ranks,
+            len,
+        })
+}
+
+fn scenario_strategy() -> impl Strategy<Value = (usize, usize, Vec<Msg>, u64, usize)> {
+    (2usize..=4, 1usize..=4, any::<u64>(), 0usize..4).prop_flat_map(|(ranks, rails, seed, pol)| {
+        (
+            Just(ranks),
+            Just(rails),
+            proptest::collection::vec(msg_strategy(ranks as u32, 200_000), 1..40),
+            Just(seed),
+            Just(pol),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+
+    /// Random sizes, rails, policies and interleavings: every message arrives byte-exact, once,
+    /// and in send order per pair.
+    #[test]
+    fn random_traffic_arrives_exactly((ranks, rails, msgs, seed, pol) in scenario_strategy()) {
+        let mut rng = Rng::new(seed);
+        let cfg = small_config(Policy::ALL[pol], &mut rng);
+        if let Err(e) = run_scenario(ranks, rails, cfg.clone(), &msgs, seed) {
+            panic!("{e}\nconfig {cfg:?}");
+        }
+    }
+
+    /// Garbage on a rail is an error naming the peer and rail, never a panic.
+    #[test]
+    fn garbage_is_an_error(bytes in proptest::collection::vec(any::<u8>(), 1..200), seed in any::<u64>()) {
+        let mut sim = Cluster::new(2, 1, Config::default(), seed);
+        sim.inject(1, 0, 0, &bytes);
+        let mut err = None;
+        for _ in 0..1000 {
+            match sim.step() {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => { err = Some(e); break; }
+            }
+        }
+        if let Some(e) = err {
+            let peer = match e {
+                ProtoError::Wire { peer, .. } | ProtoError::Unexpected { peer, .. } => peer,
+                other => panic!("unexpected error {other}"),
+            };
+            prop_assert_eq!(peer, 1);
+        }
+    }
+}
+
+#[test]
+fn every_policy_with_large_messages() {
+    let msgs: Vec<Msg> = (0..24)
+        .map(|i| Msg {
+            src: i % 3,
+            dst: (i + 1) % 3,
+            len: [0, 1, 100, 40_000, 1 << 20, 3_000_001][i as usize % 6],
+        })
+        .collect();
+    for (k, pol) in Policy::ALL.into_iter().enumerate() {
+        let cfg = Config {
+            policy: pol,
+            ..Config::default()
+        };
+        run_scenario(3, 4, cfg, &msgs, 7 + k as u64).unwrap();
+    }
+}
+
+#[test]
+fn truncation_is_reported_and_rest_discarded() {
+    for len in [100usize, 100_000] {
+        let mut sim = Cluster::new(2, 2, Config::default(), 3);
+        let s = sim.cores[0].send(1, 0, 0, 5, pattern(0, 0, len)).unwrap();
+        let r = sim.cores[1].recv(0, None, None, vec![0; 10]).unwrap();
+        assert!(sim
+            .run_until(1_000_000, |c| !c.cores[1].is_pending(r)
+                && !c.cores[0].is_pending(s))
+            .unwrap());
+        let (c, buf) = sim.cores[1].take(r).unwrap();
+        match c {
+            Completion::Done(st) => {
+                assert!(st.truncated);
+                assert_eq!(st.len, len);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(buf, pattern(0, 0, len)[..10]);
+    }
+}
+
+#[test]
+fn self_send_and_probe() {
+    let mut sim = Cluster::new(2, 1, Config::default(), 1);
+    let core = &mut sim.cores[0];
+    let s = core.send(0, 3, 4, 9, vec![1, 2, 3]).unwrap();
+    assert!(matches!(core.poll(s), Some(Completion::Done(_))));
+    let st = core.probe(4, Some(0), Some(9)).unwrap();
+    assert_eq!((st.len, st.src_ep), (3, 3));
+    let r = core.recv(4, Some(0), None, vec![0; 3]).unwrap();
+    assert_eq!(core.take(r).unwrap().1, vec![1, 2, 3]);
+}
+
+#[test]
+fn failed_peer_fails_its_operations() {
+    let mut sim = Cluster::new(3, 2, Config::default(), 1);
+    let r = sim.cores[0].recv(0, Some(1), None, vec![0; 8]).unwrap();
+    let any = sim.cores[0].recv(0, None, None, vec![0; 8]).unwrap();
+    let s = sim.cores[0].send(1, 0, 0, 1, vec![0; 100_000]).unwrap();
+    sim.cores[0].fail_peer(1, "connection reset");
+    assert!(matches!(sim.cores[0].poll(r), Some(Completion::Failed(_))));
+    assert!(matches!(sim.cores[0].poll(s), Some(Completion::Failed(_))));
+    assert!(sim.cores[0].is_pending(any));
+    let later = sim.cores[0].send(1, 0, 0, 1, vec![1]).unwrap();
+    assert!(matches!(
+        sim.cores[0].poll(later),
+        Some(Completion::Failed(_))
+    ));
+    // Traffic with the other peer still flows.
+    let s2 = sim.cores[2].send(0, 0, 0, 1, vec![7; 5]).unwrap();
+    assert!(sim
+        .run_until(100_000, |c| !c.cores[0].is_pending(any)
+            && !c.cores[2].is_pending(s2))
+        .unwrap());
+}
+
+#[test]
+fn adaptive_uses_every_rail_for_large_messages() {
+    let cfg = Config::default();
+    let msgs: Vec<Msg> = (0..4)
+        .map(|_| Msg {
+            src: 0,
+            dst: 1,
+            len: 4 << 20,
+        })
+        .collect();
+    let mut sim = Cluster::new(2, 4, cfg, 11);
+    let sends: Vec<_> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| sim.cores[0].send(1, 0, 0, 1, pattern(0, i, m.len)).unwrap())
+        .collect();
+    let recvs: Vec<_> = msgs
+        .iter()
+        .map(|m| sim.cores[1].recv(0, Some(0), None, vec![0; m.len]).unwrap())
+        .collect();
+    assert!(sim
+        .run_until(10_000_000, |c| recvs
+            .iter()
+            .all(|&r| !c.cores[1].is_pending(r)))
+        .unwrap());
+    let stats = sim.cores[0].stats(1);
+    assert!(
+        stats.tx_bytes_per_rail.iter().all(|&b| b > 1 << 20),
+        "{stats:?}"
+    );
+    for (i, r) in recvs.into_iter().enumerate() {
+        assert_eq!(sim.cores[1].take(r).unwrap().1, pattern(0, i, 4 << 20));
+    }
+    drop(sends);
+}

@@ -1,0 +1,286 @@
+//! The frame header: 40 bytes in front of every eager message, rendezvous control message and data
+//! chunk. It carries its own length so a newer peer can append fields an older one skips.
+//!
+//! ```text
+//!  0  magic "HX"      2 version   3 header_len   4 kind   5 flags
+//!  6  src_ep u16      8 dst_ep u16              10 reserved u16
+//! 12  payload_len u32
+//! 16  seq u64         per sender->receiver pair; orders matching across rails
+//! 24  tag u64
+//! 32  value u64       Eager/Rts: message length; Data: offset of the chunk; Cts: receive token
+//! ```
+
+use crate::{u16_at, u32_at, u64_at, WireError};
+
+pub const MAGIC: [u8; 2] = *b"HX";
+pub const VERSION: u8 = 1;
+pub const HEADER_LEN: usize = 40;
+
+/// What a frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// A whole small message; payload follows.
+    Eager = 1,
+    /// Request to send a large message (rendezvous); no payload.
+    Rts = 2,
+    /// Clear to send: the receiver matched an RTS and its buffer is ready; no payload.
+    Cts = 3,
+    /// A piece of a rendezvous message at offset `value`; payload follows.
+    Data = 4,
+    /// Keeps an idle rail observable; no payload.
+    Heartbeat = 5,
+    /// Orderly close of a rail.
+    Bye = 6,
+}
+
+impl FrameKind {
+    pub fn from_u8(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            1 => FrameKind::Eager,
+            2 => FrameKind::Rts,
+            3 => FrameKind::Cts,
+            4 => FrameKind::Data,
+            5 => FrameKind::Heartbeat,
+            6 => FrameKind::Bye,
+            found => return Err(WireError::UnknownKind { found }),
+        })
+    }
+}
+
+/// A parsed frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub kind: FrameKind,
+    pub flags: u8,
+    pub src_ep: u16,
+    pub dst_ep: u16,
+    pub payload_len: u32,
+    pub seq: u64,
+    pub tag: u64,
+    pub value: u64,
+}
+
+impl FrameHeader {
+    pub fn new(kind: FrameKind) -> Self {
+        FrameHeader {
+            kind,
+            flags: 0,
+            src_ep: 0,
+            dst_ep: 0,
+            payload_len: 0,
+            seq: 0,
+            tag: 0,
+            value: 0,
+        }
+    }
+
+    /// Parses a header at the start of `buf`. Returns the header and the number of bytes it
+    /// occupies (at least [`HEADER_LEN`]; more if the peer appended extensions).
+    pub fn parse(buf: &[u8]) -> Result<(FrameHeader, usize), WireError> {
+        if buf.len() < 4 {
+            return Err(WireError::Truncated {
+                need: HEADER_LEN,
+                have: buf.len(),
+            });
+        }
+        if buf[0..2] != MAGIC {
+            return Err(WireError::BadMagic {
+                found: [buf[0], buf[1]],
+            });
+        }
+        if buf[2] != VERSION {
+            return Err(WireError::UnsupportedVersion { found: buf[2] });
+        }
+        let header_len = buf[3] as usize;
+        if header_len < HEADER_LEN || header_len % 8 != 0 {
+            return Err(WireError::BadHeaderLen { found: buf[3] });
+        }
+        if buf.len() < header_len {
+            return Err(WireError::Truncated {
+                need: header_len,
+                have: buf.len(),
+            });
+        }
+        let kind = FrameKind::from_u8(buf[4])?;
+        let h = FrameHeader {
+            kind,
+            flags: buf[5],
+            src_ep: u16_at(buf, 6),
+            dst_ep: u16_at(buf, 8),
+            payload_len: u32_at(buf, 12),
+            seq: u64_at(buf, 16),
+            tag: u64_at(buf, 24),
+            value: u64_at(buf, 32),
+        };
+        h.check()?;
+        Ok((h, header_len))
+    }
+
+    fn check(&self) -> Result<(), WireError> {
+        let bad = |what, value| {
+            Err(WireError::Inconsistent {
+                kind: self.kind,
+                what,
+                value,
+            })
+        };
+        match self.kind {
+            FrameKind::Eager if self.value != self.payload_len as u64 => {
+                bad("message length != payload_len", self.value)
+            }
+            FrameKind::Rts | FrameKind::Cts | FrameKind::Heartbeat | FrameKind::Bye
+                if self.payload_len != 0 =>
+            {
+                bad("payload_len", self.payload_len as u64)
+            }
+            FrameKind::Data if self.payload_len == 0 => bad("payload_len", 0),
+            FrameKind::Data if self.value.checked_add(self.payload_len as u64).is_none() => {
+                bad("offset", self.value)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes the header into `out`.
+    pub fn emit(&self, out: &mut [u8; HEADER_LEN]) {
+        out[0..2].copy_from_slice(&MAGIC);
+        out[2] = VERSION;
+        out[3] = HEADER_LEN as u8;
+        out[4] = self.kind as u8;
+        out[5] = self.flags;
+        out[6..8].copy_from_slice(&self.src_ep.to_le_bytes());
+        out[8..10].copy_from_slice(&self.dst_ep.to_le_bytes());
+        out[10..12].copy_from_slice(&[0, 0]);
+        out[12..16].copy_from_slice(&self.payload_len.to_le_bytes());
+        out[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        out[24..32].copy_from_slice(&self.tag.to_le_bytes());
+        out[32..40].copy_from_slice(&self.value.to_le_bytes());
+    }
+
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        self.emit(&mut b);
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EAGER_BYTES: [u8; 40] = [
+        b'H', b'X', 1, 40, 1, 0, // magic, version, header_len, kind, flags
+        3, 0, 7, 0, 0, 0, // src_ep 3, dst_ep 7, reserved
+        5, 0, 0, 0, // payload_len 5
+        0x2a, 0, 0, 0, 0, 0, 0, 0, // seq 42
+        0xef, 0xbe, 0xad, 0xde, 0, 0, 0, 0, // tag 0xdeadbeef
+        5, 0, 0, 0, 0, 0, 0, 0, // value 5
+    ];
+
+    fn eager() -> FrameHeader {
+        FrameHeader {
+            kind: FrameKind::Eager,
+            flags: 0,
+            src_ep: 3,
+            dst_ep: 7,
+            payload_len: 5,
+            seq: 42,
+            tag: 0xdead_beef,
+            value: 5,
+        }
+    }
+
+    #[test]
+    fn emit_fixed_bytes() {
+        assert_eq!(eager().to_bytes(), EAGER_BYTES);
+    }
+
+    #[test]
+    fn parse_fixed_bytes() {
+        assert_eq!(FrameHeader::parse(&EAGER_BYTES), Ok((eager(), 40)));
+    }
+
+    #[test]
+    fn data_frame_fixed_bytes() {
+        let mut h = FrameHeader::new(FrameKind::Data);
+        h.payload_len = 65536;
+        h.seq = 1;
+        h.value = 1 << 20;
+        let b = h.to_bytes();
+        assert_eq!(&b[12..16], &[0, 0, 1, 0]);
+        assert_eq!(&b[32..40], &[0, 0, 0x10, 0, 0, 0, 0, 0]);
+        assert_eq!(FrameHeader::parse(&b).unwrap().0, h);
+    }
+
+    #[test]
+    fn truncated_is_not_fatal() {
+        for n in 0..40 {
+            assert!(
+                matches!(
+                    FrameHeader::parse(&EAGER_BYTES[..n]),
+                    Err(WireError::Truncated { .. }) | Err(WireError::BadMagic { .. })
+                ) || n < 4
+            );
+        }
+        assert!(matches!(
+            FrameHeader::parse(&EAGER_BYTES[..39]),
+            Err(WireError::Truncated { need: 40, have: 39 })
+        ));
+    }
+
+    #[test]
+    fn extension_bytes_are_skipped() {
+        let mut b = [0u8; 48];
+        b[..40].copy_from_slice(&EAGER_BYTES);
+        b[3] = 48;
+        assert_eq!(FrameHeader::parse(&b), Ok((eager(), 48)));
+    }
+
+    #[test]
+    fn rejects_bad_fields() {
+        let mut b = EAGER_BYTES;
+        b[0] = b'X';
+        assert!(matches!(
+            FrameHeader::parse(&b),
+            Err(WireError::BadMagic { .. })
+        ));
+        let mut b = EAGER_BYTES;
+        b[2] = 9;
+        assert_eq!(
+            FrameHeader::parse(&b),
+            Err(WireError::UnsupportedVersion { found: 9 })
+        );
+        let mut b = EAGER_BYTES;
+        b[3] = 12;
+        assert_eq!(
+            FrameHeader::parse(&b),
+            Err(WireError::BadHeaderLen { found: 12 })
+        );
+        let mut b = EAGER_BYTES;
+        b[4] = 77;
+        assert_eq!(
+            FrameHeader::parse(&b),
+            Err(WireError::UnknownKind { found: 77 })
+        );
+        let mut b = EAGER_BYTES;
+        b[32] = 6; // length disagrees with payload_len
+        assert!(matches!(
+            FrameHeader::parse(&b),
+            Err(WireError::Inconsistent { .. })
+        ));
+        let mut cts = FrameHeader::new(FrameKind::Cts);
+        cts.payload_len = 1;
+        assert!(matches!(
+            FrameHeader::parse(&cts.to_bytes()),
+            Err(WireError::Inconsistent { .. })
+        ));
+        let mut data = FrameHeader::new(FrameKind::Data);
+        data.payload_len = 10;
+        data.value = u64::MAX - 3;
+        assert!(matches!(
+            FrameHeader::parse(&data.to_bytes()),
+            Err(WireError::Inconsistent { .. })
+        ));
+    }
+}
