@@ -1,0 +1,274 @@
+//! What a testbed looks like: hosts, rails, rates, MTU, delay; parsing and validation.
+
+use crate::TestbedError;
+
+/// The longest prefix: `PREFIX-mgmt` and `PREFIX-m<k>` must fit in 15 characters.
+pub const MAX_NAME_LEN: usize = 10;
+/// Host k has 10.200.N.(k+1) and 10.10.i.(k+1); .254 is the root side of the management net.
+pub const MAX_HOSTS: u32 = 253;
+/// Rail i is 10.10.i.0/24.
+pub const MAX_RAILS: u32 = 256;
+
+/// The shape of an emulated cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestbedSpec {
+    /// Prefix of every name: namespaces `NAME0..`, `NAMEsw`, bridge `NAME-mgmt`.
+    pub name: String,
+    pub hosts: u32,
+    pub rails: u32,
+    /// One entry per rail, a tc rate such as `1gbit`; `None` = no rate limit.
+    pub rates: Vec<Option<String>>,
+    pub mtu: u32,
+    /// netem delay added on every rail interface, e.g. `20us`.
+    pub delay: Option<String>,
+}
+
+impl TestbedSpec {
+    /// `hosts` x `rails`, every rail at 1gbit, MTU 1500, no delay.
+    pub fn new(name: &str, hosts: u32, rails: u32) -> Self {
+        TestbedSpec {
+            name: name.to_string(),
+            hosts,
+            rails,
+            rates: vec![Some("1gbit".to_string()); rails as usize],
+            mtu: 1500,
+            delay: None,
+        }
+    }
+
+    /// Sets every rail to `rate` (`None` = unlimited).
+    pub fn with_rate(mut self, rate: Option<&str>) -> Self {
+        self.rates = vec![rate.map(str::to_string); self.rails as usize];
+        self
+    }
+
+    /// Checks every field; the error names the field and the allowed values.
+    pub fn validate(&self) -> Result<(), TestbedError> {
+        validate_name(&self.name)?;
+        if !(2..=MAX_HOSTS).contains(&self.hosts) {
+            return Err(invalid(format!(
+                "hosts must be 2..={MAX_HOSTS}, got {}",
+                self.hosts
+            )));
+        }
+        if !(1..=MAX_RAILS).contains(&self.rails) {
+            return Err(invalid(format!(
+                "rails must be 1..={MAX_RAILS}, got {}",
+                self.rails
+            )));
+        }
+        if self.rates.len() != self.rails as usize {
+            return Err(invalid(format!(
+                "{} rates given for {} rails (give one rate, or one per rail)",
+                self.rates.len(),
+                self.rails
+            )));
+        }
+        for r in self.rates.iter().flatten() {
+            parse_rate(r)?;
+        }
+        if !(576..=65535).contains(&self.mtu) {
+            return Err(invalid(format!(
+                "mtu must be 576..=65535, got {}",
+                self.mtu
+            )));
+        }
+        if let Some(d) = &self.delay {
+            parse_delay(d)?;
+        }
+        Ok(())
+    }
+
+    /// Namespace of host `k`.
+    pub fn host_name(&self, k: u32) -> String {
+        format!("{}{}", self.name, k)
+    }
+}
+
+fn invalid(msg: String) -> TestbedError {
+    TestbedError::InvalidSpec(msg)
+}
+
+/// A prefix: 1..=10 characters, a letter first, then letters, digits or `_`.
+pub fn validate_name(name: &str) -> Result<(), TestbedError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "name {name:?}: use 1 to {MAX_NAME_LEN} characters, a letter first, then letters, digits or _"
+        )))
+    }
+}
+
+/// Parses a tc rate (`1gbit`, `500mbit`, `100mbps`, `2.5gbit`) into bits per second.
+pub fn parse_rate(s: &str) -> Result<u64, TestbedError> {
+    let lower = s.trim().to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(lower.len());
+    let (num, unit) = lower.split_at(split);
+    let value: f64 = num.parse().map_err(|_| {
+        invalid(format!(
+            "rate {s:?}: expected a number and a unit, e.g. 1gbit"
+        ))
+    })?;
+    let mult: f64 = match unit {
+        "bit" => 1.0,
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        "tbit" => 1e12,
+        "bps" => 8.0,
+        "kbps" => 8e3,
+        "mbps" => 8e6,
+        "gbps" => 8e9,
+        _ => {
+            return Err(invalid(format!(
+                "rate {s:?}: unit must be bit, kbit, mbit, gbit, tbit, bps, kbps, mbps or gbps"
+            )))
+        }
+    };
+    let bits = value * mult;
+    if !(8000.0..=1e13).contains(&bits) {
+        return Err(invalid(format!(
+            "rate {s:?}: must be between 8kbit and 10tbit"
+        )));
+    }
+    Ok(bits as u64)
+}
+
+/// Parses a rate option: `none`, one rate for every rail, or a comma list with one per rail.
+pub fn parse_rates(s: &str, rails: u32) -> Result<Vec<Option<String>>, TestbedError> {
+    let items: Vec<Option<String>> = s
+        .split(',')
+        .map(|r| {
+            let r = r.trim();
+            if r.eq_ignore_ascii_case("none") {
+                Ok(None)
+            } else {
+                parse_rate(r).map(|_| Some(r.to_ascii_lowercase()))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    if items.len() == 1 {
+        Ok(vec![items[0].clone(); rails as usize])
+    } else if items.len() == rails as usize {
+        Ok(items)
+    } else {
+        Err(invalid(format!(
+            "--rate {s:?}: {} rates for {rails} rails (give one rate, or one per rail)",
+            items.len()
+        )))
+    }
+}
+
+/// Parses a netem delay (`20us`, `1ms`, `0.5ms`) into microseconds.
+pub fn parse_delay(s: &str) -> Result<f64, TestbedError> {
+    let lower = s.trim().to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(lower.len());
+    let (num, unit) = lower.split_at(split);
+    let value: f64 = num.parse().map_err(|_| {
+        invalid(format!(
+            "delay {s:?}: expected a number and a unit, e.g. 20us"
+        ))
+    })?;
+    let mult = match unit {
+        "us" | "usec" => 1.0,
+        "ms" | "msec" => 1e3,
+        "s" | "sec" => 1e6,
+        _ => return Err(invalid(format!("delay {s:?}: unit must be us, ms or s"))),
+    };
+    let us = value * mult;
+    if !(0.0..=10e6).contains(&us) {
+        return Err(invalid(format!("delay {s:?}: must be between 0 and 10s")));
+    }
+    Ok(us)
+}
+
+/// tbf burst and queue limit in bytes for a rate. Measured here with iperf3 at 1gbit, MTU 1500:
+/// burst 64 KiB (one full GSO segment, ~0.5 ms at 1 Gbit/s) and a 1 MiB queue give 119.4-119.5 MB/s
+/// of TCP payload per rail with no retransmits, on 1 and on 4 rails at once; a 256 KiB queue drops
+/// (1000+ retransmits in 5 s). Faster rails scale both with the rate (0.5 ms burst, 8 ms queue).
+pub fn tbf_params(rate_bits: u64, mtu: u32) -> (u64, u64) {
+    let bytes_per_s = rate_bits / 8;
+    let burst = (bytes_per_s / 2000).max(64 * 1024).max(2 * mtu as u64 + 64);
+    let limit = (bytes_per_s / 125).max(1024 * 1024).max(4 * burst);
+    (burst, limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("1gbit").unwrap(), 1_000_000_000);
+        assert_eq!(parse_rate("2.5gbit").unwrap(), 2_500_000_000);
+        assert_eq!(parse_rate("100mbps").unwrap(), 800_000_000);
+        assert!(parse_rate("1gib").is_err());
+        assert!(parse_rate("gbit").is_err());
+        assert!(parse_rate("0gbit").is_err());
+        assert_eq!(parse_rates("none", 3).unwrap(), vec![None, None, None]);
+        assert_eq!(
+            parse_rates("1gbit,1gbit,2gbit,4gbit", 4).unwrap(),
+            vec![
+                Some("1gbit".into()),
+                Some("1gbit".into()),
+                Some("2gbit".into()),
+                Some("4gbit".into())
+            ]
+        );
+        assert!(parse_rates("1gbit,2gbit", 4).is_err());
+        assert_eq!(
+            parse_rates("1GBit", 2).unwrap(),
+            vec![Some("1gbit".into()); 2]
+        );
+    }
+
+    #[test]
+    fn delays() {
+        assert_eq!(parse_delay("20us").unwrap(), 20.0);
+        assert_eq!(parse_delay("1.5ms").unwrap(), 1500.0);
+        assert!(parse_delay("20").is_err());
+        assert!(parse_delay("x").is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert!(validate_name("hx").is_ok());
+        assert!(validate_name("t123").is_ok());
+        assert!(validate_name("abcdefghij").is_ok());
+        assert!(validate_name("abcdefghijk").is_err());
+        assert!(validate_name("1x").is_err());
+        assert!(validate_name("a-b").is_err());
+        assert!(validate_name("").is_err());
+    }
+
+    #[test]
+    fn spec_validation() {
+        assert!(TestbedSpec::new("hx", 2, 4).validate().is_ok());
+        assert!(TestbedSpec::new("hx", 1, 4).validate().is_err());
+        assert!(TestbedSpec::new("hx", 2, 0).validate().is_err());
+        let mut s = TestbedSpec::new("hx", 2, 2);
+        s.rates.pop();
+        assert!(s.validate().is_err());
+        let mut s = TestbedSpec::new("hx", 2, 2);
+        s.delay = Some("20us".into());
+        s.mtu = 9000;
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn tbf_sizes() {
+        assert_eq!(tbf_params(1_000_000_000, 1500), (65536, 1024 * 1024));
+        let (b, l) = tbf_params(4_000_000_000, 9000);
+        assert_eq!(b, 250_000);
+        assert_eq!(l, 4_000_000);
+    }
+}
