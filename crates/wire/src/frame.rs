@@ -93,7 +93,7 @@ impl FrameHeader {
             return Err(WireError::UnsupportedVersion { found: buf[2] });
         }
         let header_len = buf[3] as usize;
-        if header_len < HEADER_LEN || header_len % 8 != 0 {
+        if header_len < HEADER_LEN || !header_len.is_multiple_of(8) {
             return Err(WireError::BadHeaderLen { found: buf[3] });
         }
         if buf.len() < header_len {
