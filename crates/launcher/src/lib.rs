@@ -1,18 +1,156 @@
 //! `hxcomm run`: starts ranks, runs the bootstrap service, forwards output, stops the job on failure.
+//!
+//! Why it is built this way: the launcher is a plain process supervisor plus the bootstrap
+//! service. Arguments are turned into a checked [`plan`] before anything starts; the job's secret
+//! and the service's address reach the ranks in the environment, which is how `hx_bootstrap::from_env`
+//! finds them, so a different bootstrap (PMI, ssh) only changes this crate and that function, never
+//! the engine. Supervision ([`job`]) favours "no orphans, ever" over everything else: own process
+//! groups, a parent-death signal, and a kill of every group on the way out.
+//!
+//! Exit codes: 0 if all ranks exit 0; else the first failing rank's status (128+signal for a
+//! signal); 130/143 when the launcher gets SIGINT/SIGTERM; 124 when `--timeout` expires; 2 for bad
+//! arguments or a missing testbed; 127 when the program cannot be found.
+
+mod job;
+mod output;
+pub mod plan;
+mod signals;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+pub use job::{GRACE, TIMEOUT_EXIT};
+pub use output::Sink;
+pub use plan::POLICIES;
 
 /// Arguments of `hxcomm run`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// Number of ranks.
     #[arg(short = 'n', long = "np")]
     pub ranks: u32,
+    /// Run rank i in testbed host PREFIX(i mod H) (network namespaces; needs root).
+    #[arg(long)]
+    pub net: bool,
+    /// Testbed name prefix: namespaces PREFIX0, PREFIX1, ... and interface PREFIX-mgmt.
+    #[arg(long, value_name = "PREFIX", default_value = "hx")]
+    pub name: String,
+    /// With --net: put K consecutive ranks on each host (rank i on host i / K).
+    #[arg(long, value_name = "K")]
+    pub ranks_per_host: Option<u32>,
+    /// Rail scheduling policy for the ranks (HX_POLICY).
+    #[arg(long, value_name = "P", value_parser = POLICIES)]
+    pub policy: Option<String>,
+    /// Prefix every line of output with `[rank] `.
+    #[arg(long)]
+    pub tag_output: bool,
+    /// Extra environment variable for every rank (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Stop the job after this many seconds (exit code 124).
+    #[arg(long, value_name = "SECONDS", env = "HX_JOB_TIMEOUT")]
+    pub timeout: Option<f64>,
     /// Program and its arguments.
-    #[arg(trailing_var_arg = true, required = true)]
+    #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     pub program: Vec<String>,
 }
 
+impl RunArgs {
+    /// `hxcomm run -n ranks -- program...` with every option at its default.
+    pub fn new<S: Into<String>>(ranks: u32, program: impl IntoIterator<Item = S>) -> Self {
+        RunArgs {
+            ranks,
+            net: false,
+            name: "hx".into(),
+            ranks_per_host: None,
+            policy: None,
+            tag_output: false,
+            env: Vec::new(),
+            timeout: None,
+            program: program.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// Where the ranks' output goes when the launcher forwards it.
+pub struct OutputSinks {
+    pub stdout: Sink,
+    pub stderr: Sink,
+}
+
 /// Runs a job; returns the process exit code.
-pub fn run(_args: RunArgs) -> i32 {
-    eprintln!("hxcomm run: not implemented yet");
-    2
+pub fn run(args: RunArgs) -> i32 {
+    run_with_output(args, None)
+}
+
+/// Runs a job. With `sinks`, the ranks' stdout and stderr are always read through pipes and
+/// written there (prefixed under `--tag-output`); without, they go to this process's stdout and
+/// stderr (inherited, or through pipes under `--tag-output`).
+pub fn run_with_output(args: RunArgs, sinks: Option<OutputSinks>) -> i32 {
+    let plan = match plan::plan(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("hxcomm run: {}", e.msg);
+            return e.code;
+        }
+    };
+    let output = match sinks {
+        Some(s) => Some(job::Output {
+            stdout: s.stdout,
+            stderr: s.stderr,
+            tag: args.tag_output,
+        }),
+        None if args.tag_output => Some(job::Output {
+            stdout: Arc::new(Mutex::new(std::io::stdout())) as Arc<Mutex<dyn Write + Send>>,
+            stderr: Arc::new(Mutex::new(std::io::stderr())),
+            tag: true,
+        }),
+        None => None,
+    };
+
+    let secret = hx_bootstrap::new_secret();
+    let server =
+        match hx_bootstrap::KvServer::start(SocketAddr::new(plan.bind, 0), args.ranks, secret) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("hxcomm run: cannot start the bootstrap service: {e}");
+                return 1;
+            }
+        };
+    let env = job::JobEnv {
+        bootstrap: server.local_addr().to_string(),
+        secret_hex: hx_bootstrap::secret_to_hex(&secret),
+    };
+    tracing::debug!(bootstrap = %env.bootstrap, ranks = args.ranks, program = ?plan.program, "starting job");
+
+    let signals = signals::SignalGuard::install();
+    let mut job = job::Job::new(args.ranks);
+    for r in 0..args.ranks {
+        if let Some(sig) = signals.pending() {
+            eprintln!(
+                "hxcomm run: received {} while starting ranks",
+                signals::signal_name(sig)
+            );
+            job.kill_now();
+            server.shutdown();
+            return 128 + sig;
+        }
+        if let Err(e) = job.spawn(&plan, r, &env, output.as_ref()) {
+            eprintln!(
+                "hxcomm run: cannot start rank {r} ({}): {e}",
+                plan.program.display()
+            );
+            job.kill_now();
+            server.shutdown();
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+        }
+    }
+    let code = job.wait(&signals, plan.timeout);
+    server.shutdown();
+    code
 }

@@ -1,0 +1,347 @@
+//! Starting, watching and stopping the ranks.
+//!
+//! Why it is built this way — no orphans, ever:
+//! - every rank is the leader of its own process group, so one `kill(-pgid)` reaches everything
+//!   it started (a shell's children included), and terminal Ctrl-C reaches only the launcher,
+//!   which then stops the ranks in order;
+//! - every rank gets `PR_SET_PDEATHSIG(SIGKILL)`, so even a `kill -9` of the launcher takes the
+//!   ranks with it (the death signal follows the *thread* that forked, so ranks are started and
+//!   watched from the thread that calls `run`);
+//! - exits are noticed with `waitid(WNOWAIT)` every few milliseconds: the rank stays a zombie
+//!   while its group is killed, so its pid (= the group id) cannot be reused by an unrelated
+//!   process before we signal the group; only then is it reaped.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::output::{self, Sink};
+use crate::plan::Plan;
+use crate::signals::{signal_name, SignalGuard};
+
+/// How often the monitor loop looks at the ranks.
+const POLL: Duration = Duration::from_millis(10);
+/// Time between SIGTERM and SIGKILL when stopping the job.
+pub const GRACE: Duration = Duration::from_secs(2);
+/// Exit code when `--timeout` expires (as `timeout(1)`).
+pub const TIMEOUT_EXIT: i32 = 124;
+
+/// How a rank ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    Signaled(i32),
+}
+
+impl Ended {
+    pub fn code(self) -> i32 {
+        match self {
+            Ended::Exited(c) => c,
+            Ended::Signaled(s) => 128 + s,
+        }
+    }
+    pub fn failed(self) -> bool {
+        self != Ended::Exited(0)
+    }
+}
+
+struct Rank {
+    rank: u32,
+    pid: libc::pid_t,
+    /// Kept so the pipes' other ends live as long as needed; never waited on through std.
+    _child: Child,
+    ended: Option<Ended>,
+}
+
+/// The environment every rank gets from the launcher, beside its own.
+pub struct JobEnv {
+    pub bootstrap: String,
+    pub secret_hex: String,
+}
+
+pub struct Output {
+    pub stdout: Sink,
+    pub stderr: Sink,
+    pub tag: bool,
+}
+
+pub struct Job {
+    ranks: Vec<Rank>,
+    size: u32,
+    out_done: mpsc::Receiver<()>,
+    out_done_tx: Option<mpsc::Sender<()>>,
+    out_threads: usize,
+}
+
+fn sys(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+impl Job {
+    pub fn new(size: u32) -> Self {
+        let (tx, rx) = mpsc::channel();
+        Job {
+            ranks: Vec::with_capacity(size as usize),
+            size,
+            out_done: rx,
+            out_done_tx: Some(tx),
+            out_threads: 0,
+        }
+    }
+
+    /// Starts rank `r`. On error nothing was started for it.
+    pub fn spawn(
+        &mut self,
+        plan: &Plan,
+        r: u32,
+        env: &JobEnv,
+        output: Option<&Output>,
+    ) -> io::Result<()> {
+        let pl = &plan.placements[r as usize];
+        let mut cmd = match &pl.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&plan.program);
+                c
+            }
+            None => Command::new(&plan.program),
+        };
+        cmd.args(&plan.args);
+        for (k, v) in &plan.env {
+            cmd.env(k, v);
+        }
+        cmd.env("HX_RANK", r.to_string())
+            .env("HX_SIZE", self.size.to_string())
+            .env("HX_LOCAL_RANK", pl.local_rank.to_string())
+            .env("HX_LOCAL_SIZE", pl.local_size.to_string())
+            .env("HX_BOOTSTRAP", &env.bootstrap)
+            .env("HX_JOB_SECRET", &env.secret_hex);
+        // Ranks run in their own process groups, where reading a terminal would stop them.
+        cmd.stdin(Stdio::null());
+        if output.is_some() {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        cmd.process_group(0);
+        // SAFETY: getpid before fork; in the child only async-signal-safe calls (prctl, getppid,
+        // _exit) run between fork and exec.
+        let parent = unsafe { libc::getpid() };
+        unsafe {
+            cmd.pre_exec(move || {
+                sys(libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ))?;
+                // The launcher died before prctl took effect: do not run as an orphan.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        let pid = child.id() as libc::pid_t;
+        if let Some(o) = output {
+            let prefix = o.tag.then(|| format!("[{r}] "));
+            let done = self.out_done_tx.clone().expect("output channel open");
+            if let Some(p) = child.stdout.take() {
+                if output::forward(p, prefix.clone(), o.stdout.clone(), done.clone()).is_ok() {
+                    self.out_threads += 1;
+                }
+            }
+            if let Some(p) = child.stderr.take() {
+                if output::forward(p, prefix, o.stderr.clone(), done).is_ok() {
+                    self.out_threads += 1;
+                }
+            }
+        }
+        self.ranks.push(Rank {
+            rank: r,
+            pid,
+            _child: child,
+            ended: None,
+        });
+        Ok(())
+    }
+
+    /// Signals the process group of every rank still running.
+    fn signal_all(&self, sig: i32) {
+        for rk in self.ranks.iter().filter(|r| r.ended.is_none()) {
+            // SAFETY: plain kill; the rank is not reaped yet, so its pgid is still ours.
+            unsafe {
+                libc::kill(-rk.pid, sig);
+            }
+        }
+    }
+
+    /// Has rank `i` ended? Leaves it a zombie (WNOWAIT) so its group id stays reserved.
+    fn peek(pid: libc::pid_t) -> Option<Ended> {
+        // SAFETY: zeroed siginfo is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        if r == -1 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ECHILD) {
+                // Already reaped by someone else: treat as a failure we cannot describe.
+                return Some(Ended::Exited(255));
+            }
+            return None;
+        }
+        // SAFETY: waitid filled `info`; si_pid is 0 when nothing changed state (WNOHANG).
+        unsafe {
+            if info.si_pid() == 0 {
+                return None;
+            }
+            let status = info.si_status();
+            match info.si_code {
+                libc::CLD_EXITED => Some(Ended::Exited(status)),
+                libc::CLD_KILLED | libc::CLD_DUMPED => Some(Ended::Signaled(status)),
+                _ => None,
+            }
+        }
+    }
+
+    /// Kills what is left of the rank's group, then reaps the rank.
+    fn finish(pid: libc::pid_t) {
+        // SAFETY: the rank is a zombie, so `-pid` is still its process group.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+            let mut st = 0;
+            libc::waitpid(pid, &mut st, 0);
+        }
+    }
+
+    /// Watches the ranks until all have ended; stops the job on the first failure, on SIGINT /
+    /// SIGTERM to the launcher, or when `timeout` passes. Returns the job's exit code.
+    pub fn wait(mut self, signals: &SignalGuard, timeout: Option<Duration>) -> i32 {
+        let start = Instant::now();
+        let mut result: Option<i32> = None;
+        // Set once the job is being stopped: when to escalate to SIGKILL.
+        let mut kill_at: Option<Instant> = None;
+        let mut killed = false;
+        loop {
+            let mut running = 0;
+            for i in 0..self.ranks.len() {
+                if self.ranks[i].ended.is_some() {
+                    continue;
+                }
+                let pid = self.ranks[i].pid;
+                let Some(end) = Self::peek(pid) else {
+                    running += 1;
+                    continue;
+                };
+                Self::finish(pid);
+                let rank = self.ranks[i].rank;
+                self.ranks[i].ended = Some(end);
+                if kill_at.is_none() && end.failed() {
+                    match end {
+                        Ended::Exited(c) => {
+                            eprintln!("hxcomm run: rank {rank} exited with status {c}")
+                        }
+                        Ended::Signaled(s) => eprintln!(
+                            "hxcomm run: rank {rank} was killed by signal {}",
+                            signal_name(s)
+                        ),
+                    }
+                    result = Some(end.code());
+                    kill_at = Some(self.stop());
+                } else {
+                    tracing::debug!(rank, ?end, "rank ended");
+                }
+            }
+            if running == 0 {
+                break;
+            }
+            if kill_at.is_none() {
+                if let Some(sig) = signals.pending() {
+                    eprintln!(
+                        "hxcomm run: received {}, stopping {running} rank(s)",
+                        signal_name(sig)
+                    );
+                    result = Some(128 + sig);
+                    kill_at = Some(self.stop());
+                } else if timeout.is_some_and(|t| start.elapsed() >= t) {
+                    eprintln!(
+                        "hxcomm run: job timed out after {:.1} s, stopping {running} rank(s)",
+                        timeout.unwrap_or_default().as_secs_f64()
+                    );
+                    result = Some(TIMEOUT_EXIT);
+                    kill_at = Some(self.stop());
+                }
+            }
+            if let Some(t) = kill_at {
+                if !killed && Instant::now() >= t {
+                    tracing::debug!("ranks still running after SIGTERM: sending SIGKILL");
+                    self.signal_all(libc::SIGKILL);
+                    killed = true;
+                }
+            }
+            std::thread::sleep(POLL);
+        }
+        self.drain_output();
+        result.unwrap_or(0)
+    }
+
+    /// Sends SIGTERM to every running rank; returns when to send SIGKILL.
+    fn stop(&self) -> Instant {
+        self.signal_all(libc::SIGTERM);
+        Instant::now() + GRACE
+    }
+
+    /// Kills and reaps every rank right away (used when starting the job failed half-way).
+    pub fn kill_now(mut self) {
+        self.signal_all(libc::SIGKILL);
+        for rk in &mut self.ranks {
+            if rk.ended.is_none() {
+                Self::finish(rk.pid);
+                rk.ended = Some(Ended::Signaled(libc::SIGKILL));
+            }
+        }
+        self.drain_output();
+    }
+
+    /// Waits (briefly) for the output threads to forward what the ranks wrote last. A process
+    /// that escaped its group could hold a pipe open forever, so this gives up after a while.
+    fn drain_output(&mut self) {
+        self.out_done_tx = None;
+        let deadline = Instant::now() + GRACE;
+        while self.out_threads > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.out_done.recv_timeout(left) {
+                Ok(()) => self.out_threads -= 1,
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+impl Drop for Job {
+    /// Whatever path leaves the launcher, no rank outlives it.
+    fn drop(&mut self) {
+        for rk in &mut self.ranks {
+            if rk.ended.is_none() {
+                // SAFETY: the rank is not reaped, so -pid is its group.
+                unsafe {
+                    libc::kill(-rk.pid, libc::SIGKILL);
+                }
+                Self::finish(rk.pid);
+                rk.ended = Some(Ended::Signaled(libc::SIGKILL));
+            }
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Turning `RunArgs` into a plan: which program, which ranks on which host, which address the
+//! bootstrap service listens on, which environment each rank gets.
+//!
+//! Why it is separate: everything here is checked before a single process starts, so a typo in a
+//! policy name or a missing testbed fails at once with a clear message instead of after half the
+//! ranks are running; and the placement arithmetic is pure and unit-tested.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::RunArgs;
+
+/// Scheduling policies the engine understands (`HX_POLICY`).
+pub const POLICIES: [&str; 4] = ["bind", "rr", "stripe", "adaptive"];
+
+/// Where one rank runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Host index (0 without `--net`).
+    pub host: u32,
+    /// Network namespace to run in (`None`: this namespace).
+    pub netns: Option<String>,
+    pub local_rank: u32,
+    pub local_size: u32,
+}
+
+/// Everything needed to start the job.
+#[derive(Debug)]
+pub struct Plan {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub placements: Vec<Placement>,
+    pub bind: IpAddr,
+    /// Extra environment for every rank: `--policy` and `--env`.
+    pub env: Vec<(String, String)>,
+    pub timeout: Option<Duration>,
+}
+
+/// A setup error, reported as `hxcomm run: {msg}` with exit code `code`.
+#[derive(Debug)]
+pub struct PlanError {
+    pub msg: String,
+    pub code: i32,
+}
+
+fn usage(msg: impl Into<String>) -> PlanError {
+    PlanError {
+        msg: msg.into(),
+        code: 2,
+    }
+}
+
+pub fn plan(args: &RunArgs) -> Result<Plan, PlanError> {
+    if args.ranks == 0 {
+        return Err(usage("-n must be at least 1"));
+    }
+    let Some((prog, rest)) = args.program.split_first() else {
+        return Err(usage(
+            "no program given: hxcomm run -n N -- PROGRAM ARGS...",
+        ));
+    };
+    let mut env = Vec::new();
+    if let Some(p) = &args.policy {
+        if !POLICIES.contains(&p.as_str()) {
+            return Err(usage(format!(
+                "unknown policy {p:?}; use one of {}",
+                POLICIES.join(", ")
+            )));
+        }
+        env.push(("HX_POLICY".to_owned(), p.clone()));
+    }
+    for kv in &args.env {
+        match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
+                env.push((k.to_owned(), v.to_owned()))
+            }
+            _ => return Err(usage(format!("--env {kv:?}: expected KEY=VALUE"))),
+        }
+    }
+    let timeout = match args.timeout {
+        None => None,
+        Some(t) if t.is_finite() && t > 0.0 && t < 1e9 => Some(Duration::from_secs_f64(t)),
+        Some(t) => {
+            return Err(usage(format!(
+                "--timeout {t}: expected a positive number of seconds"
+            )))
+        }
+    };
+    let program = resolve_program(prog, std::env::var_os("PATH").as_deref())?;
+
+    let (bind, placements) = if args.net {
+        let hosts = testbed_hosts(&args.name)?;
+        let bind = mgmt_address(&args.name)?;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(usage(
+                "hxcomm run --net needs root (ranks are started with `ip netns exec`)",
+            ));
+        }
+        let p = place(args.ranks, hosts, args.ranks_per_host, Some(&args.name))?;
+        (IpAddr::V4(bind), p)
+    } else {
+        if args.ranks_per_host.is_some() {
+            return Err(usage("--ranks-per-host needs --net"));
+        }
+        let p = place(args.ranks, 1, None, None)?;
+        (IpAddr::V4(Ipv4Addr::LOCALHOST), p)
+    };
+    Ok(Plan {
+        program,
+        args: rest.to_vec(),
+        placements,
+        bind,
+        env,
+        timeout,
+    })
+}
+
+/// Rank i goes to host `i mod hosts`, or `i / per_host` with `--ranks-per-host`.
+pub fn place(
+    ranks: u32,
+    hosts: u32,
+    per_host: Option<u32>,
+    prefix: Option<&str>,
+) -> Result<Vec<Placement>, PlanError> {
+    let host_of: Box<dyn Fn(u32) -> u32> = match per_host {
+        Some(0) => return Err(usage("--ranks-per-host must be at least 1")),
+        Some(k) => {
+            let need = ranks.div_ceil(k);
+            if need > hosts {
+                return Err(usage(format!(
+                    "{ranks} ranks at {k} per host need {need} hosts, but only {hosts} exist"
+                )));
+            }
+            Box::new(move |i| i / k)
+        }
+        None => Box::new(move |i| i % hosts),
+    };
+    let mut count = vec![0u32; hosts as usize];
+    let mut out = Vec::with_capacity(ranks as usize);
+    for i in 0..ranks {
+        let h = host_of(i);
+        out.push(Placement {
+            host: h,
+            netns: prefix.map(|p| format!("{p}{h}")),
+            local_rank: count[h as usize],
+            local_size: 0,
+        });
+        count[h as usize] += 1;
+    }
+    for p in &mut out {
+        p.local_size = count[p.host as usize];
+    }
+    Ok(out)
+}
+
+/// Finds PROGRAM: a name with a '/' is taken as is; `hxcomm` is this executable; anything else is
+/// looked up on PATH.
+pub fn resolve_program(name: &str, path: Option<&std::ffi::OsStr>) -> Result<PathBuf, PlanError> {
+    let not_found = |msg: String| PlanError { msg, code: 127 };
+    if name.contains('/') {
+        let p = Path::new(name);
+        if !p.exists() {
+            return Err(not_found(format!("program {name} does not exist")));
+        }
+        // An absolute path keeps working after `ip netns exec` and from any directory.
+        return Ok(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
+    }
+    if name == "hxcomm" {
+        if let Ok(exe) = std::env::current_exe() {
+            if exe.file_name().is_some_and(|f| f == "hxcomm") {
+                return Ok(exe);
+            }
+        }
+    }
+    if let Some(path) = path {
+        for dir in std::env::split_paths(path) {
+            let cand = dir.join(name);
+            if is_executable(&cand) {
+                return Ok(cand);
+            }
+        }
+    }
+    Err(not_found(format!(
+        "program {name:?} not found on PATH (give a path like ./{name} for a program in this directory)"
+    )))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn no_testbed(prefix: &str) -> PlanError {
+    usage(format!(
+        "hxcomm run --net: no testbed namespaces named {prefix}0, {prefix}1, ...; bring one up with `hxcomm net up --hosts 2 --rails 4` (needs root)"
+    ))
+}
+
+/// Number of namespaces PREFIX0, PREFIX1, ... that exist, counting from 0 without gaps.
+fn testbed_hosts(prefix: &str) -> Result<u32, PlanError> {
+    let out = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map_err(|e| usage(format!("hxcomm run --net: cannot run `ip netns list`: {e}")))?;
+    let names = parse_netns_list(&String::from_utf8_lossy(&out.stdout));
+    let hosts = count_hosts(&names, prefix);
+    if hosts == 0 {
+        return Err(no_testbed(prefix));
+    }
+    Ok(hosts)
+}
+
+pub fn parse_netns_list(s: &str) -> Vec<String> {
+    s.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+pub fn count_hosts(names: &[String], prefix: &str) -> u32 {
+    let mut h = 0u32;
+    while names.iter().any(|n| *n == format!("{prefix}{h}")) {
+        h += 1;
+    }
+    h
+}
+
+/// The root namespace's management address: 10.200.x.254 on interface PREFIX-mgmt.
+fn mgmt_address(prefix: &str) -> Result<Ipv4Addr, PlanError> {
+    let dev = format!("{prefix}-mgmt");
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "dev", &dev])
+        .output()
+        .map_err(|e| usage(format!("hxcomm run --net: cannot run `ip addr`: {e}")))?;
+    parse_mgmt(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
+        usage(format!(
+            "hxcomm run --net: interface {dev} has no address 10.200.x.254 (the testbed's management network); is the testbed {prefix} up? (`hxcomm net up`)"
+        ))
+    })
+}
+
+pub fn parse_mgmt(s: &str) -> Option<Ipv4Addr> {
+    let mut words = s.split_whitespace();
+    while let Some(w) = words.next() {
+        if w != "inet" {
+            continue;
+        }
+        let a = words.next()?;
+        let ip: Ipv4Addr = a.split('/').next()?.parse().ok()?;
+        let o = ip.octets();
+        if o[0] == 10 && o[1] == 200 && o[3] == 254 {
+            return Some(ip);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_round_robin() {
+        let p = place(5, 2, None, Some("hx")).unwrap();
+        let hosts: Vec<u32> = p.iter().map(|x| x.host).collect();
+        assert_eq!(hosts, [0, 1, 0, 1, 0]);
+        let local: Vec<(u32, u32)> = p.iter().map(|x| (x.local_rank, x.local_size)).collect();
+        assert_eq!(local, [(0, 3), (0, 2), (1, 3), (1, 2), (2, 3)]);
+        assert_eq!(p[3].netns.as_deref(), Some("hx1"));
+    }
+
+    #[test]
+    fn placement_blocked() {
+        let p = place(5, 3, Some(2), None).unwrap();
+        let v: Vec<(u32, u32, u32)> = p
+            .iter()
+            .map(|x| (x.host, x.local_rank, x.local_size))
+            .collect();
+        assert_eq!(v, [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2), (2, 0, 1)]);
+        assert!(place(5, 2, Some(2), None).is_err());
+        assert!(place(5, 2, Some(0), None).is_err());
+    }
+
+    #[test]
+    fn netns_and_mgmt_parsing() {
+        let names = parse_netns_list("hx1 (id: 1)\nhx0 (id: 0)\nhx3\nother\n");
+        assert_eq!(count_hosts(&names, "hx"), 2);
+        assert_eq!(count_hosts(&names, "zz"), 0);
+        let line = "7: hx-mgmt    inet 10.200.0.254/24 brd 10.200.0.255 scope global hx-mgmt\\       valid_lft forever preferred_lft forever\n";
+        assert_eq!(parse_mgmt(line), Some(Ipv4Addr::new(10, 200, 0, 254)));
+        assert_eq!(parse_mgmt("7: x inet 10.200.0.1/24 brd"), None);
+        assert_eq!(parse_mgmt(""), None);
+    }
+
+    #[test]
+    fn program_resolution() {
+        let path = std::ffi::OsString::from("/nonexistent:/bin:/usr/bin");
+        let sh = resolve_program("sh", Some(&path)).unwrap();
+        assert!(sh.ends_with("sh"), "{sh:?}");
+        let e = resolve_program("no-such-program-hx", Some(&path)).unwrap_err();
+        assert_eq!(e.code, 127);
+        assert!(e.msg.contains("no-such-program-hx"));
+        assert!(resolve_program("./no/such/file", None).is_err());
+    }
+
+    #[test]
+    fn argument_checks() {
+        let mut a = RunArgs::new(2, ["sh", "-c", "true"]);
+        a.policy = Some("fastest".into());
+        assert!(plan(&a).unwrap_err().msg.contains("unknown policy"));
+        let mut a = RunArgs::new(2, ["sh"]);
+        a.env = vec!["NOEQUALS".into()];
+        assert!(plan(&a).unwrap_err().msg.contains("KEY=VALUE"));
+        let a = RunArgs::new(0, ["sh"]);
+        assert!(plan(&a).is_err());
+        let mut a = RunArgs::new(2, ["sh"]);
+        a.ranks_per_host = Some(1);
+        assert!(plan(&a).is_err());
+        let mut a = RunArgs::new(2, ["sh"]);
+        a.policy = Some("stripe".into());
+        a.env = vec!["A=b=c".into()];
+        let p = plan(&a).unwrap();
+        assert_eq!(
+            p.env,
+            [
+                ("HX_POLICY".to_owned(), "stripe".to_owned()),
+                ("A".to_owned(), "b=c".to_owned())
+            ]
+        );
+    }
+}

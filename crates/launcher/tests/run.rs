@@ -1,0 +1,327 @@
+//! Tests of `hxcomm run` through the library's `run_with_output`, with small `sh -c` programs as
+//! ranks. The rank that must talk to the bootstrap service is this test executable itself, run
+//! again with `--exact kv_probe_rank` (a test that does nothing unless HX_LAUNCHER_PROBE is set),
+//! so no extra binary is needed.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hx_launcher::{run_with_output, OutputSinks, RunArgs};
+
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Buf {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Runs a job with captured, tagged output: (exit code, stdout, stderr).
+fn run_captured(mut args: RunArgs) -> (i32, String, String) {
+    let (out, err) = (Buf::default(), Buf::default());
+    args.tag_output = true;
+    let code = run_with_output(
+        args,
+        Some(OutputSinks {
+            stdout: Arc::new(Mutex::new(out.clone())),
+            stderr: Arc::new(Mutex::new(err.clone())),
+        }),
+    );
+    (code, out.text(), err.text())
+}
+
+fn sh(n: u32, script: &str) -> RunArgs {
+    RunArgs::new(n, ["sh", "-c", script])
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "hx-launcher-test-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// True if `pid` no longer runs (gone, or a zombie waiting for init).
+fn gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return true;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+fn read_pids(dir: &PathBuf) -> Vec<i32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if let Ok(s) = std::fs::read_to_string(&p) {
+            v.extend(s.split_whitespace().filter_map(|w| w.parse::<i32>().ok()));
+        }
+    }
+    v
+}
+
+#[test]
+fn ranks_see_rank_size_and_bootstrap() {
+    let (code, out, err) = run_captured(sh(
+        4,
+        r#"echo "rank=$HX_RANK size=$HX_SIZE local=$HX_LOCAL_RANK/$HX_LOCAL_SIZE boot=$HX_BOOTSTRAP secretlen=${#HX_JOB_SECRET}""#,
+    ));
+    assert_eq!(code, 0, "stderr: {err}");
+    for r in 0..4 {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("[{r}] ")))
+            .unwrap_or_else(|| panic!("no line of rank {r} in {out:?}"));
+        assert!(
+            line.contains(&format!("rank={r} size=4 local={r}/4 boot=127.0.0.1:")),
+            "{line}"
+        );
+        assert!(line.ends_with("secretlen=64"), "{line}");
+    }
+}
+
+#[test]
+fn env_and_policy_delivered() {
+    let mut a = sh(2, r#"echo "foo=$FOO policy=$HX_POLICY""#);
+    a.env = vec!["FOO=bar baz=1".into()];
+    a.policy = Some("stripe".into());
+    let (code, out, _) = run_captured(a);
+    assert_eq!(code, 0);
+    assert!(out.contains("[0] foo=bar baz=1 policy=stripe"), "{out}");
+    assert!(out.contains("[1] foo=bar baz=1 policy=stripe"), "{out}");
+}
+
+#[test]
+fn tag_output_prefixes_every_line() {
+    let (code, out, err) = run_captured(sh(
+        2,
+        r#"echo one; echo two; echo oops >&2; printf 'no newline'"#,
+    ));
+    assert_eq!(code, 0);
+    for r in 0..2 {
+        for l in ["one", "two", "no newline"] {
+            assert!(out.contains(&format!("[{r}] {l}\n")), "{out:?}");
+        }
+        assert!(err.contains(&format!("[{r}] oops\n")), "{err:?}");
+    }
+    assert_eq!(out.lines().count(), 6, "{out:?}");
+    assert!(out
+        .lines()
+        .all(|l| l.starts_with("[0] ") || l.starts_with("[1] ")));
+}
+
+#[test]
+fn failing_rank_stops_the_others() {
+    let dir = temp_dir("fail");
+    // Rank 1 fails after the others are up. Rank 0 ignores SIGTERM (needs the SIGKILL), ranks 2
+    // and 3 run a child of their own (must be killed with the group).
+    let script = format!(
+        r#"d={d}
+case $HX_RANK in
+1) sleep 0.5; exit 3 ;;
+0) trap '' TERM; sleep 30 & echo "$$ $!" > $d/pid.$HX_RANK; wait; wait ;;
+*) sleep 30 & echo "$$ $!" > $d/pid.$HX_RANK; wait ;;
+esac"#,
+        d = dir.display()
+    );
+    let t0 = Instant::now();
+    let (code, _, _) = run_captured(sh(4, &script));
+    let took = t0.elapsed();
+    assert_eq!(code, 3);
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let pids = read_pids(&dir);
+    assert_eq!(pids.len(), 6, "{pids:?}");
+    for p in pids {
+        assert!(gone(p), "pid {p} still running");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn rank_killed_by_signal() {
+    let t0 = Instant::now();
+    let (code, _, _) = run_captured(sh(
+        3,
+        r#"if [ "$HX_RANK" = 2 ]; then kill -9 $$; fi; exec sleep 30"#,
+    ));
+    assert_eq!(code, 128 + 9);
+    assert!(t0.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn job_timeout() {
+    let mut a = sh(2, "exec sleep 30");
+    a.timeout = Some(0.5);
+    let t0 = Instant::now();
+    let (code, _, _) = run_captured(a);
+    assert_eq!(code, hx_launcher::TIMEOUT_EXIT);
+    assert!(t0.elapsed() < Duration::from_secs(4));
+}
+
+#[test]
+fn setup_errors() {
+    assert_eq!(
+        run_captured(RunArgs::new(2, ["no-such-program-hx-test"])).0,
+        127
+    );
+    let mut a = sh(2, "true");
+    a.policy = Some("fastest".into());
+    assert_eq!(run_captured(a).0, 2);
+    let mut a = sh(2, "true");
+    a.net = true;
+    a.name = "hxnosuchtestbed".into();
+    assert_eq!(run_captured(a).0, 2);
+}
+
+#[test]
+fn all_ranks_reach_the_bootstrap_service() {
+    let exe = std::env::current_exe().unwrap();
+    let mut a = RunArgs::new(
+        4,
+        [
+            exe.to_str().unwrap(),
+            "--exact",
+            "kv_probe_rank",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ],
+    );
+    a.env = vec!["HX_LAUNCHER_PROBE=1".into()];
+    let (code, out, err) = run_captured(a);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
+    for r in 0..4 {
+        assert!(
+            out.contains(&format!("[{r}] probe ok rank {r} of 4")),
+            "{out}"
+        );
+    }
+}
+
+/// The rank program of `all_ranks_reach_the_bootstrap_service`: a no-op unless run by it.
+#[test]
+fn kv_probe_rank() {
+    if std::env::var_os("HX_LAUNCHER_PROBE").is_none() {
+        return;
+    }
+    let mut b = hx_bootstrap::from_env().expect("bootstrap from env");
+    let (r, n) = (b.rank(), b.size());
+    b.put(&format!("addr.{r}"), &format!("hello from {r}"))
+        .unwrap();
+    b.fence().unwrap();
+    for p in 0..n {
+        assert_eq!(
+            b.get(&format!("addr.{p}")).unwrap(),
+            format!("hello from {p}")
+        );
+    }
+    b.fence().unwrap();
+    println!("probe ok rank {r} of {n}");
+}
+
+/// SIGTERM to the launcher stops every rank and gives 143. The launcher under test is this test
+/// executable, run again with `--exact signal_child_launcher`, so the signal hits only it.
+#[test]
+fn sigterm_to_launcher_stops_ranks() {
+    let dir = temp_dir("sig");
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "signal_child_launcher",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("HX_LAUNCHER_SIGNAL_DIR", &dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while read_pids(&dir).len() < 4 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "ranks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pids = read_pids(&dir);
+    // SAFETY: signals our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let t1 = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(t1.elapsed() < Duration::from_secs(5));
+    assert_eq!(status.code(), Some(143));
+    for p in pids {
+        assert!(gone(p), "pid {p} still running");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn signal_child_launcher() {
+    let Some(dir) = std::env::var_os("HX_LAUNCHER_SIGNAL_DIR") else {
+        return;
+    };
+    let script = format!(
+        r#"sleep 30 & echo "$$ $!" > {}/pid.$HX_RANK; wait"#,
+        PathBuf::from(dir).display()
+    );
+    std::process::exit(hx_launcher::run(sh(2, &script)));
+}
+
+/// `--net` needs root and a testbed; skipped (passes) unless both are there.
+#[test]
+fn net_ranks_run_in_namespaces() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let has_ns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some("hx0"))
+        })
+        .unwrap_or(false);
+    if !root || !has_ns {
+        eprintln!("skipping: needs root and testbed namespaces hx0, hx1, ...");
+        return;
+    }
+    let mut a = sh(
+        2,
+        r#"echo "ns=$(ip netns identify $$) boot=$HX_BOOTSTRAP local=$HX_LOCAL_RANK""#,
+    );
+    a.net = true;
+    let (code, out, err) = run_captured(a);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("[0] ns=hx0 boot=10.200."), "{out}");
+    assert!(out.contains("local=0"), "{out}");
+}
