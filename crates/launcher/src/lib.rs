@@ -91,7 +91,11 @@ pub fn run_with_output(args: RunArgs, sinks: Option<OutputSinks>) -> i32 {
     let plan = match plan::plan(&args) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("hxcomm run: {}", e.msg);
+            if e.msg.starts_with("hxcomm run") {
+                eprintln!("{}", e.msg);
+            } else {
+                eprintln!("hxcomm run: {}", e.msg);
+            }
             return e.code;
         }
     };

@@ -241,7 +241,10 @@ fn kv_probe_rank() {
         );
     }
     b.fence().unwrap();
-    println!("probe ok rank {r} of {n}");
+    println!(
+        "probe ok rank {r} of {n} local {}",
+        std::env::var("HX_LOCAL_RANK").unwrap_or_default()
+    );
 }
 
 /// SIGTERM to the launcher stops every rank and gives 143. The launcher under test is this test
@@ -323,5 +326,31 @@ fn net_ranks_run_in_namespaces() {
     let (code, out, err) = run_captured(a);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("[0] ns=hx0 boot=10.200."), "{out}");
+    assert!(out.contains("[1] ns=hx1 boot=10.200."), "{out}");
     assert!(out.contains("local=0"), "{out}");
+
+    // Two ranks per host, and every rank reaches the service on the management network.
+    let exe = std::env::current_exe().unwrap();
+    let mut a = RunArgs::new(
+        4,
+        [
+            exe.to_str().unwrap(),
+            "--exact",
+            "kv_probe_rank",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ],
+    );
+    a.env = vec!["HX_LAUNCHER_PROBE=1".into()];
+    a.net = true;
+    a.ranks_per_host = Some(2);
+    let (code, out, err) = run_captured(a);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
+    for r in 0..4 {
+        assert!(
+            out.contains(&format!("[{r}] probe ok rank {r} of 4")),
+            "{out}"
+        );
+    }
 }

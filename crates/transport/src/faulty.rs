@@ -49,7 +49,7 @@ impl<L: Link> FaultyLink<L> {
             }
         }
         let n = self.faults.would_block_one_in;
-        if n > 0 && self.rand() % n as u64 == 0 {
+        if n > 0 && self.rand().is_multiple_of(n as u64) {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         Ok(())
@@ -66,7 +66,7 @@ impl<L: Link> Link for FaultyLink<L> {
         };
         let n = self.inner.read(&mut buf[..len])?;
         let c = self.faults.corrupt_one_in;
-        if n > 0 && c > 0 && self.rand() % c as u64 == 0 {
+        if n > 0 && c > 0 && self.rand().is_multiple_of(c as u64) {
             let i = self.rand() as usize % n;
             buf[i] ^= 0x5a;
         }
