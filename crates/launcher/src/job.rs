@@ -9,7 +9,9 @@
 //!   watched from the thread that calls `run`);
 //! - exits are noticed with `waitid(WNOWAIT)` every few milliseconds: the rank stays a zombie
 //!   while its group is killed, so its pid (= the group id) cannot be reused by an unrelated
-//!   process before we signal the group; only then is it reaped.
+//!   process before we signal the group; only then is it reaped;
+//! - a [`Watchdog`] process kills the groups if the launcher itself is killed with SIGKILL, which
+//!   the parent-death signal alone would not cover for the ranks' own children.
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::output::{self, Sink};
 use crate::plan::Plan;
 use crate::signals::{signal_name, SignalGuard};
+use crate::watchdog::Watchdog;
 
 /// How often the monitor loop looks at the ranks.
 const POLL: Duration = Duration::from_millis(10);
@@ -73,6 +76,7 @@ pub struct Job {
     out_done: mpsc::Receiver<()>,
     out_done_tx: Option<mpsc::Sender<()>>,
     out_threads: usize,
+    watchdog: Option<Watchdog>,
 }
 
 fn sys(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -92,6 +96,13 @@ impl Job {
             out_done: rx,
             out_done_tx: Some(tx),
             out_threads: 0,
+            watchdog: match Watchdog::start(size as usize) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the launcher watchdog; a SIGKILL of the launcher could leave rank subprocesses behind");
+                    None
+                }
+            },
         }
     }
 
@@ -149,6 +160,9 @@ impl Job {
         }
         let mut child = cmd.spawn()?;
         let pid = child.id() as libc::pid_t;
+        if let Some(w) = &self.watchdog {
+            w.add(pid);
+        }
         if let Some(o) = output {
             let prefix = o.tag.then(|| format!("[{r}] "));
             let done = self.out_done_tx.clone().expect("output channel open");
@@ -217,10 +231,16 @@ impl Job {
     }
 
     /// Kills what is left of the rank's group, then reaps the rank.
-    fn finish(pid: libc::pid_t) {
-        // SAFETY: the rank is a zombie, so `-pid` is still its process group.
+    fn finish(watchdog: &Option<Watchdog>, pid: libc::pid_t) {
+        // SAFETY: the rank is not reaped yet, so `-pid` is still its process group.
         unsafe {
             libc::kill(-pid, libc::SIGKILL);
+        }
+        if let Some(w) = watchdog {
+            w.remove(pid);
+        }
+        // SAFETY: reaps our own child.
+        unsafe {
             let mut st = 0;
             libc::waitpid(pid, &mut st, 0);
         }
@@ -245,7 +265,7 @@ impl Job {
                     running += 1;
                     continue;
                 };
-                Self::finish(pid);
+                Self::finish(&self.watchdog, pid);
                 let rank = self.ranks[i].rank;
                 self.ranks[i].ended = Some(end);
                 if kill_at.is_none() && end.failed() {
@@ -308,7 +328,7 @@ impl Job {
         self.signal_all(libc::SIGKILL);
         for rk in &mut self.ranks {
             if rk.ended.is_none() {
-                Self::finish(rk.pid);
+                Self::finish(&self.watchdog, rk.pid);
                 rk.ended = Some(Ended::Signaled(libc::SIGKILL));
             }
         }
@@ -335,11 +355,7 @@ impl Drop for Job {
     fn drop(&mut self) {
         for rk in &mut self.ranks {
             if rk.ended.is_none() {
-                // SAFETY: the rank is not reaped, so -pid is its group.
-                unsafe {
-                    libc::kill(-rk.pid, libc::SIGKILL);
-                }
-                Self::finish(rk.pid);
+                Self::finish(&self.watchdog, rk.pid);
                 rk.ended = Some(Ended::Signaled(libc::SIGKILL));
             }
         }

@@ -15,6 +15,7 @@ mod job;
 mod output;
 pub mod plan;
 mod signals;
+mod watchdog;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -247,10 +247,10 @@ fn kv_probe_rank() {
     );
 }
 
-/// SIGTERM to the launcher stops every rank and gives 143. The launcher under test is this test
-/// executable, run again with `--exact signal_child_launcher`, so the signal hits only it.
-#[test]
-fn sigterm_to_launcher_stops_ranks() {
+/// Starts a launcher in a child process (this test executable, run again with `--exact
+/// signal_child_launcher`, so the signal hits only it), waits for its 2 ranks and their children
+/// to be up, sends it `sig`, and returns its exit status and the ranks' pids.
+fn signal_launcher(sig: i32) -> (std::process::ExitStatus, Duration, Vec<i32>) {
     let dir = temp_dir("sig");
     let exe = std::env::current_exe().unwrap();
     let mut child = std::process::Command::new(exe)
@@ -276,16 +276,41 @@ fn sigterm_to_launcher_stops_ranks() {
     let pids = read_pids(&dir);
     // SAFETY: signals our own child.
     unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
+        libc::kill(child.id() as i32, sig);
     }
     let t1 = Instant::now();
     let status = child.wait().unwrap();
-    assert!(t1.elapsed() < Duration::from_secs(5));
+    let took = t1.elapsed();
+    let _ = std::fs::remove_dir_all(dir);
+    (status, took, pids)
+}
+
+/// SIGTERM to the launcher stops every rank and gives 143.
+#[test]
+fn sigterm_to_launcher_stops_ranks() {
+    let (status, took, pids) = signal_launcher(libc::SIGTERM);
+    assert!(took < Duration::from_secs(5));
     assert_eq!(status.code(), Some(143));
     for p in pids {
         assert!(gone(p), "pid {p} still running");
     }
-    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// SIGKILL to the launcher: the parent-death signal takes the ranks, the watchdog their children.
+#[test]
+fn sigkill_to_launcher_leaves_no_orphans() {
+    use std::os::unix::process::ExitStatusExt;
+    let (status, _, pids) = signal_launcher(libc::SIGKILL);
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let t0 = Instant::now();
+    while !pids.iter().all(|&p| gone(p)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "still running: {:?}",
+            pids.iter().filter(|&&p| !gone(p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
