@@ -1,1 +1,24 @@
-//! hx-engine
+//! The hxcomm engine: the protocol core driven over real transports by one progress loop.
+//!
+//! This is the only layer with syscalls and clocks. It sets up rails (bootstrap exchange of
+//! addresses, device-bound TCP connections with an authenticated handshake), owns the epoll set,
+//! and turns the core's "write these slices" / "read into this slice" into socket calls. Progress
+//! happens inside API calls (and in [`Engine::progress`]): it spins briefly, then sleeps in epoll.
+
+mod buf;
+mod engine;
+mod error;
+mod poller;
+mod settings;
+mod setup;
+
+pub use buf::EngineBuf;
+pub use engine::{Engine, Request, BARRIER_EP};
+pub use error::Error;
+pub use hx_protocol::{EpId, Policy, Rank, Status};
+pub use settings::Settings;
+
+/// Matches any source rank in a receive.
+pub const ANY_SOURCE: Option<Rank> = None;
+/// Matches any tag in a receive.
+pub const ANY_TAG: Option<u64> = None;

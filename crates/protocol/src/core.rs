@@ -79,6 +79,8 @@ pub(crate) struct Rail {
     pub queued: usize,
     pub tx_bytes: u64,
     pub rx: RxState,
+    /// The peer closed this rail in order (it sent Bye).
+    pub bye: bool,
 }
 
 pub(crate) struct Peer {
@@ -167,6 +169,7 @@ impl<B: Buffer> Core<B> {
                 queued: 0,
                 tx_bytes: 0,
                 rx: RxState::new(stage),
+                bye: false,
             })
             .collect();
     }
@@ -455,6 +458,25 @@ impl<B: Buffer> Core<B> {
         for u in dead {
             self.free_unexp(u);
         }
+    }
+
+    /// Queues an orderly close (Bye) on every rail to `peer`; nothing may be sent after it.
+    pub fn send_bye(&mut self, peer: Rank) {
+        for rail in 0..self.peers[peer as usize].rails.len() {
+            self.enqueue(
+                peer,
+                rail,
+                TxItem::new(FrameHeader::new(FrameKind::Bye), None, None),
+            );
+        }
+    }
+
+    /// Has `peer` closed `rail` in order?
+    pub fn bye_received(&self, peer: Rank, rail: usize) -> bool {
+        self.peers[peer as usize]
+            .rails
+            .get(rail)
+            .is_some_and(|r| r.bye)
     }
 
     pub fn peer_failed(&self, peer: Rank) -> Option<&str> {

@@ -258,7 +258,11 @@ impl<B: Buffer> Core<B> {
                     remaining: h.payload_len as usize,
                 }))
             }
-            FrameKind::Heartbeat | FrameKind::Bye => Ok(None),
+            FrameKind::Bye => {
+                self.peers[peer as usize].rails[rail].bye = true;
+                Ok(None)
+            }
+            FrameKind::Heartbeat => Ok(None),
         }
     }
 

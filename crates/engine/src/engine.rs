@@ -1,0 +1,901 @@
+//! The engine proper: connections, the progress loop, and the messaging API.
+
+use std::io::{ErrorKind, IoSlice, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use hx_bootstrap::{Bootstrap, Secret};
+use hx_protocol::{Completion, Core, EpId, ProtoError, Rank, ReqId, Status};
+use hx_transport::handshake::{self, Verdict};
+use hx_transport::tcp::{self, RailOptions, TcpLink};
+use hx_transport::Link;
+use tracing::{debug, error, info, warn};
+
+use crate::buf::EngineBuf;
+use crate::error::io_err;
+use crate::poller::{self, Poller};
+use crate::setup::{self, PeerInfo, RailAddr};
+use crate::{Error, Settings};
+
+/// Endpoint id reserved for the engine's own barrier.
+pub const BARRIER_EP: EpId = u16::MAX;
+/// Handshakes in progress at once; more connections are refused until some finish.
+const MAX_PENDING: usize = 64;
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+const T_LINK: u64 = 1 << 62;
+const T_LISTEN: u64 = 2 << 62;
+const T_PENDING: u64 = 3 << 62;
+const T_MASK: u64 = 3 << 62;
+
+/// A nonblocking operation in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Request(pub(crate) ReqId);
+
+impl Request {
+    pub fn to_u64(self) -> u64 {
+        self.0.to_u64()
+    }
+    pub fn from_u64(v: u64) -> Self {
+        Request(ReqId::from_u64(v))
+    }
+}
+
+struct PendingConn {
+    stream: TcpStream,
+    hs: handshake::Pending,
+    deadline: Instant,
+    from: String,
+}
+
+/// One process's communication engine.
+pub struct Engine {
+    core: Core<EngineBuf>,
+    links: Vec<Vec<Option<Box<dyn Link>>>>,
+    blocked: Vec<Vec<bool>>,
+    labels: Vec<Vec<String>>,
+    poller: Poller,
+    listeners: Vec<(TcpListener, String)>,
+    pending: Vec<Option<PendingConn>>,
+    secret: Secret,
+    bootstrap: Box<dyn Bootstrap>,
+    settings: Settings,
+    rail_opts: RailOptions,
+    dirty: Vec<Rank>,
+    events: Vec<libc::epoll_event>,
+    endpoints: Vec<EpId>,
+    barrier_round: u64,
+    finalizing: bool,
+}
+
+fn link_token(peer: Rank, rail: usize) -> u64 {
+    T_LINK | ((peer as u64) << 16) | rail as u64
+}
+
+impl Engine {
+    /// Joins the job described by the environment (`hxcomm run` sets it; without it, a job of one).
+    pub fn init() -> Result<Engine, Error> {
+        let settings = Settings::from_env()?;
+        let bootstrap = hx_bootstrap::from_env()?;
+        let secret = if bootstrap.size() > 1 {
+            hx_bootstrap::secret_from_env()?
+        } else {
+            [0; 32]
+        };
+        Self::with(settings, bootstrap, secret)
+    }
+
+    /// Joins a job through the given bootstrap with explicit settings and job secret.
+    pub fn with(
+        settings: Settings,
+        bootstrap: Box<dyn Bootstrap>,
+        secret: Secret,
+    ) -> Result<Engine, Error> {
+        let me = bootstrap.rank();
+        let size = bootstrap.size();
+        let bootstrap_ip = std::env::var("HX_BOOTSTRAP")
+            .ok()
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .and_then(|a| match a {
+                SocketAddr::V4(v4) if !v4.ip().is_loopback() => Some(*v4.ip()),
+                _ => None,
+            });
+        let poller = Poller::new().map_err(io_err("epoll_create"))?;
+        let mut listeners = Vec::new();
+        let mut my_info = PeerInfo {
+            host: setup::host_id(),
+            lo_port: 0,
+            rails: Vec::new(),
+        };
+        if size > 1 {
+            let lo = tcp::listen(Ipv4Addr::LOCALHOST, None).map_err(io_err("loopback listener"))?;
+            my_info.lo_port = lo.local_addr().map_err(io_err("local_addr"))?.port();
+            listeners.push((lo, "lo".to_string()));
+            for iface in setup::rail_interfaces(&settings, bootstrap_ip)? {
+                let l = tcp::listen(iface.addr, Some(&iface.name))
+                    .map_err(io_err(format!("listener on rail {}", iface.name)))?;
+                my_info.rails.push(RailAddr {
+                    name: iface.name.clone(),
+                    addr: iface.addr,
+                    prefix: iface.prefix,
+                    port: l.local_addr().map_err(io_err("local_addr"))?.port(),
+                });
+                listeners.push((l, iface.name));
+            }
+        }
+        let mut eng = Engine {
+            core: Core::new(me, size, settings.protocol.clone()),
+            links: (0..size).map(|_| Vec::new()).collect(),
+            blocked: (0..size).map(|_| Vec::new()).collect(),
+            labels: (0..size).map(|_| Vec::new()).collect(),
+            poller,
+            listeners,
+            pending: Vec::new(),
+            secret,
+            bootstrap,
+            rail_opts: RailOptions {
+                notsent_lowat: settings.notsent_lowat,
+                nodelay: true,
+            },
+            settings,
+            dirty: Vec::new(),
+            events: Vec::with_capacity(64),
+            endpoints: Vec::new(),
+            barrier_round: 0,
+            finalizing: false,
+        };
+        if size > 1 {
+            eng.connect_all(me, size, &my_info)?;
+        }
+        Ok(eng)
+    }
+
+    fn connect_all(&mut self, me: Rank, size: u32, my_info: &PeerInfo) -> Result<(), Error> {
+        for (i, (l, _)) in self.listeners.iter().enumerate() {
+            self.poller
+                .add(l.as_raw_fd(), poller::IN, T_LISTEN | i as u64)
+                .map_err(io_err("epoll add"))?;
+        }
+        self.bootstrap
+            .put(&format!("hx.rails.{me}"), &setup::encode(my_info))?;
+        self.bootstrap.fence()?;
+        let mut routes = Vec::new();
+        for p in 0..size {
+            if p == me {
+                routes.push(Vec::new());
+                continue;
+            }
+            let info = setup::decode(p, &self.bootstrap.get(&format!("hx.rails.{p}"))?)?;
+            let r = setup::routes(my_info, p, &info, self.settings.loopback_rails)?;
+            self.core.set_rails(p, r.len());
+            let n = r.len();
+            self.links[p as usize] = (0..n).map(|_| None).collect();
+            self.blocked[p as usize] = vec![false; n];
+            self.labels[p as usize] = r.iter().map(|r| r.label.clone()).collect();
+            routes.push(r);
+        }
+        // Lower ranks accept, higher ranks connect: every pair has exactly one initiator.
+        for p in 0..me {
+            for (rail, route) in routes[p as usize].iter().enumerate() {
+                let what = format!("rail {} to rank {p} ({})", route.label, route.remote);
+                let mut s = tcp::connect(
+                    route.local,
+                    route.device.as_deref(),
+                    route.remote,
+                    self.settings.connect_timeout,
+                )
+                .map_err(io_err(format!("connecting {what}")))?;
+                handshake::answer(&mut s, &self.secret, me, rail as u16, HANDSHAKE_TIMEOUT)
+                    .map_err(io_err(format!("handshake on {what}")))?;
+                self.install(p, rail, s)?;
+            }
+        }
+        let deadline = Instant::now() + self.settings.connect_timeout;
+        while let Some((p, rail)) = self.missing_link(me) {
+            if Instant::now() > deadline {
+                return Err(Error::Setup(format!(
+                    "rank {p} did not connect rail {} within {:?}",
+                    self.labels[p as usize][rail], self.settings.connect_timeout
+                )));
+            }
+            self.progress_once(50)?;
+        }
+        debug!(rank = me, "all rails connected");
+        self.bootstrap.fence()?;
+        Ok(())
+    }
+
+    fn missing_link(&self, me: Rank) -> Option<(Rank, usize)> {
+        for p in me + 1..self.core.size() {
+            if let Some(r) = self.links[p as usize].iter().position(|l| l.is_none()) {
+                return Some((p, r));
+            }
+        }
+        None
+    }
+
+    fn install(&mut self, peer: Rank, rail: usize, s: TcpStream) -> Result<(), Error> {
+        tcp::tune(&s, &self.rail_opts).map_err(io_err("rail socket options"))?;
+        let label = format!(
+            "rail {} <-> rank {peer} ({} -> {})",
+            self.labels[peer as usize][rail],
+            s.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            s.peer_addr().map(|a| a.to_string()).unwrap_or_default()
+        );
+        let fd = s.as_raw_fd();
+        let link: Box<dyn Link> = Box::new(TcpLink::new(s, label));
+        self.poller
+            .add(
+                fd,
+                poller::IN | poller::OUT | poller::HUP,
+                link_token(peer, rail),
+            )
+            .map_err(io_err("epoll add"))?;
+        self.links[peer as usize][rail] = Some(link);
+        Ok(())
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.core.rank()
+    }
+
+    pub fn size(&self) -> u32 {
+        self.core.size()
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Number of rails to `peer`.
+    pub fn rails(&self, peer: Rank) -> usize {
+        self.core.rails(peer)
+    }
+
+    /// Bytes written so far on each rail to `peer`.
+    pub fn rail_tx_bytes(&self, peer: Rank) -> Vec<u64> {
+        self.core.stats(peer).tx_bytes_per_rail
+    }
+
+    /// The names of the rails to `peer` (interface names, or `lo#i`).
+    pub fn rail_names(&self, peer: Rank) -> &[String] {
+        &self.labels[peer as usize]
+    }
+
+    /// A file descriptor that becomes readable when the engine has something to do: poll it with
+    /// your other fds, then call [`progress`](Self::progress) or `test`.
+    pub fn fd(&self) -> RawFd {
+        self.poller.fd()
+    }
+
+    /// Opens endpoint `id` of this process (ids are chosen by the program, like ports).
+    pub fn open_endpoint(&mut self, id: EpId) -> Result<EpId, Error> {
+        if id == BARRIER_EP {
+            return Err(Error::Invalid(format!("endpoint id {id} is reserved")));
+        }
+        if self.endpoints.contains(&id) {
+            return Err(Error::Invalid(format!("endpoint {id} is already open")));
+        }
+        self.endpoints.push(id);
+        Ok(id)
+    }
+
+    pub fn close_endpoint(&mut self, id: EpId) -> Result<(), Error> {
+        let i = self
+            .endpoints
+            .iter()
+            .position(|&e| e == id)
+            .ok_or_else(|| Error::Invalid(format!("endpoint {id} is not open")))?;
+        self.endpoints.remove(i);
+        Ok(())
+    }
+
+    fn check_ep(&self, ep: EpId) -> Result<(), Error> {
+        if ep == BARRIER_EP || self.endpoints.contains(&ep) {
+            Ok(())
+        } else {
+            Err(Error::Invalid(format!("endpoint {ep} is not open")))
+        }
+    }
+
+    /// Starts sending `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid and unmodified until the request completes.
+    pub unsafe fn isend_raw(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<Request, Error> {
+        self.start_send(
+            ep,
+            dst,
+            dst_ep,
+            tag,
+            EngineBuf::Raw {
+                ptr: ptr as *mut u8,
+                len,
+            },
+        )
+    }
+
+    /// Starts receiving into `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid and untouched by anyone else until the request completes.
+    pub unsafe fn irecv_raw(
+        &mut self,
+        ep: EpId,
+        src: Option<Rank>,
+        tag: Option<u64>,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<Request, Error> {
+        self.start_recv(ep, src, tag, EngineBuf::Raw { ptr, len })
+    }
+
+    /// Starts sending an owned buffer; [`wait_owned`](Self::wait_owned) gives it back.
+    pub fn isend(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Vec<u8>,
+    ) -> Result<Request, Error> {
+        self.start_send(ep, dst, dst_ep, tag, EngineBuf::Owned(data))
+    }
+
+    /// Starts receiving into an owned buffer (its length is the capacity of the receive).
+    pub fn irecv(
+        &mut self,
+        ep: EpId,
+        src: Option<Rank>,
+        tag: Option<u64>,
+        buf: Vec<u8>,
+    ) -> Result<Request, Error> {
+        self.start_recv(ep, src, tag, EngineBuf::Owned(buf))
+    }
+
+    fn start_send(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        buf: EngineBuf,
+    ) -> Result<Request, Error> {
+        self.check_ep(ep)?;
+        let req = self.core.send(dst, ep, dst_ep, tag, buf)?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
+    fn start_recv(
+        &mut self,
+        ep: EpId,
+        src: Option<Rank>,
+        tag: Option<u64>,
+        buf: EngineBuf,
+    ) -> Result<Request, Error> {
+        self.check_ep(ep)?;
+        let req = self.core.recv(ep, src, tag, buf)?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
+    /// Sends `data` and returns when the buffer may be reused.
+    pub fn send(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        // SAFETY: we wait for completion before `data`'s borrow ends; `wait` returns only once
+        // the core no longer refers to the buffer.
+        let req = unsafe { self.isend_raw(ep, dst, dst_ep, tag, data.as_ptr(), data.len())? };
+        self.wait(req).map(|_| ())
+    }
+
+    /// Receives into `buf`; returns who sent what.
+    pub fn recv(
+        &mut self,
+        ep: EpId,
+        src: Option<Rank>,
+        tag: Option<u64>,
+        buf: &mut [u8],
+    ) -> Result<Status, Error> {
+        // SAFETY: as in `send`.
+        let req = unsafe { self.irecv_raw(ep, src, tag, buf.as_mut_ptr(), buf.len())? };
+        self.wait(req)
+    }
+
+    /// Is a message waiting that such a receive would match? Makes progress first.
+    pub fn probe(
+        &mut self,
+        ep: EpId,
+        src: Option<Rank>,
+        tag: Option<u64>,
+    ) -> Result<Option<Status>, Error> {
+        self.check_ep(ep)?;
+        self.progress()?;
+        Ok(self.core.probe(ep, src, tag))
+    }
+
+    fn finish(&mut self, req: Request) -> Result<(Status, EngineBuf), Error> {
+        match self.core.take(req.0) {
+            Some((Completion::Done(st), buf)) if st.truncated => {
+                drop(buf);
+                Err(Error::Truncated(st))
+            }
+            Some((Completion::Done(st), buf)) => Ok((st, buf)),
+            Some((Completion::Failed(e), _)) => Err(e.into()),
+            Some((Completion::Pending, _)) => unreachable!("take returned a pending request"),
+            None => Err(Error::Invalid(format!(
+                "unknown request {:#x}",
+                req.to_u64()
+            ))),
+        }
+    }
+
+    fn known(&self, req: Request) -> Result<bool, Error> {
+        match self.core.poll(req.0) {
+            None => Err(Error::Invalid(format!(
+                "unknown request {:#x}",
+                req.to_u64()
+            ))),
+            Some(c) => Ok(*c != Completion::Pending),
+        }
+    }
+
+    /// Makes progress once; returns the status if `req` is done (and releases it).
+    pub fn test(&mut self, req: Request) -> Result<Option<Status>, Error> {
+        if !self.known(req)? {
+            self.progress()?;
+        }
+        if self.known(req)? {
+            self.finish(req).map(|(st, _)| Some(st))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Waits until `req` completes and releases it.
+    pub fn wait(&mut self, req: Request) -> Result<Status, Error> {
+        self.wait_owned(req).map(|(st, _)| st)
+    }
+
+    /// Waits until `req` completes; gives back an owned buffer (`None` for raw ones).
+    pub fn wait_owned(&mut self, req: Request) -> Result<(Status, Option<Vec<u8>>), Error> {
+        self.wait_until(|e| e.known(req).unwrap_or(true))?;
+        let (st, buf) = self.finish(req)?;
+        Ok((
+            st,
+            match buf {
+                EngineBuf::Owned(v) => Some(v),
+                EngineBuf::Raw { .. } => None,
+            },
+        ))
+    }
+
+    /// Waits for all requests; returns their statuses, or the first error once all are done.
+    pub fn wait_all(&mut self, reqs: &[Request]) -> Result<Vec<Status>, Error> {
+        self.wait_until(|e| reqs.iter().all(|&r| e.known(r).unwrap_or(true)))?;
+        let mut out = Vec::with_capacity(reqs.len());
+        let mut first_err = None;
+        for &r in reqs {
+            match self.finish(r) {
+                Ok((st, _)) => out.push(st),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Spins for up to the spin time, then sleeps in epoll, until `done` holds.
+    fn wait_until(&mut self, mut done: impl FnMut(&Engine) -> bool) -> Result<(), Error> {
+        let mut idle_since = Instant::now();
+        loop {
+            if done(self) {
+                return Ok(());
+            }
+            if self.progress_once(0)? > 0 {
+                idle_since = Instant::now();
+                continue;
+            }
+            if idle_since.elapsed() < self.settings.spin {
+                if self.settings.yield_while_spinning {
+                    // SAFETY: plain syscall.
+                    unsafe { libc::sched_yield() };
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            self.progress_once(100)?;
+            idle_since = Instant::now();
+        }
+    }
+
+    /// Handles whatever is ready without blocking.
+    pub fn progress(&mut self) -> Result<(), Error> {
+        self.progress_once(0).map(|_| ())
+    }
+
+    /// Waits up to `timeout_ms` for events, handles them, and writes what can be written.
+    /// Returns the number of events handled.
+    fn progress_once(&mut self, timeout_ms: i32) -> Result<usize, Error> {
+        let n = self
+            .poller
+            .wait(&mut self.events, timeout_ms)
+            .map_err(io_err("epoll_wait"))?;
+        for i in 0..n {
+            let ev = self.events[i];
+            let (flags, token) = (ev.events, ev.u64);
+            match token & T_MASK {
+                T_LINK => {
+                    let peer = ((token >> 16) & 0xffff_ffff) as Rank;
+                    let rail = (token & 0xffff) as usize;
+                    if flags & (poller::IN | poller::HUP) != 0 {
+                        self.read_rail(peer, rail);
+                    }
+                    if flags & poller::OUT != 0 {
+                        if let Some(b) = self.blocked[peer as usize].get_mut(rail) {
+                            *b = false;
+                        }
+                        self.flush_rail(peer, rail);
+                    }
+                }
+                T_LISTEN => self.accept((token & !T_MASK) as usize),
+                T_PENDING => self.advance_handshake((token & !T_MASK) as usize),
+                _ => {}
+            }
+        }
+        if !self.pending.is_empty() {
+            self.expire_handshakes();
+        }
+        self.flush_dirty();
+        Ok(n)
+    }
+
+    fn flush_dirty(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        self.core.take_dirty(&mut dirty);
+        for &p in &dirty {
+            for rail in 0..self.links[p as usize].len() {
+                self.flush_rail(p, rail);
+            }
+        }
+        dirty.clear();
+        self.dirty = dirty;
+    }
+
+    fn flush_rail(&mut self, peer: Rank, rail: usize) {
+        let p = peer as usize;
+        loop {
+            if self.blocked[p].get(rail).copied().unwrap_or(true)
+                || !self.core.tx_pending(peer, rail)
+            {
+                return;
+            }
+            let Some(link) = self.links[p][rail].as_mut() else {
+                return;
+            };
+            let mut iov = [IoSlice::new(&[]); 64];
+            let cnt = self.core.tx_iovecs(peer, rail, &mut iov);
+            if cnt == 0 {
+                return;
+            }
+            let want: usize = iov[..cnt].iter().map(|s| s.len()).sum();
+            match link.write_vectored(&iov[..cnt]) {
+                Ok(n) => {
+                    self.core.tx_done(peer, rail, n);
+                    if n < want {
+                        self.blocked[p][rail] = true;
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.blocked[p][rail] = true;
+                    return;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.rail_down(peer, rail, &format!("write failed: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn read_rail(&mut self, peer: Rank, rail: usize) {
+        let p = peer as usize;
+        loop {
+            let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.as_mut()) else {
+                return;
+            };
+            let space = self.core.rx_space(peer, rail);
+            let want = space.len();
+            match link.read(space) {
+                Ok(0) => {
+                    self.rail_down(peer, rail, "connection closed by peer");
+                    return;
+                }
+                Ok(n) => {
+                    if let Err(e) = self.core.rx_done(peer, rail, n) {
+                        self.rail_down(peer, rail, &e.to_string());
+                        return;
+                    }
+                    if n < want {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.rail_down(peer, rail, &format!("read failed: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A rail ended. After the peer's Bye (or while we finalize) that is orderly and only this
+    /// rail closes. Otherwise, without failover (yet), the peer is lost: fail what involves it
+    /// and close its other rails so that it notices too.
+    fn rail_down(&mut self, peer: Rank, rail: usize, why: &str) {
+        let p = peer as usize;
+        let label = self.labels[p].get(rail).cloned().unwrap_or_default();
+        if self.core.bye_received(peer, rail) || self.finalizing {
+            debug!(peer, rail = %label, why, "rail closed in order");
+            if let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.take()) {
+                self.poller.remove(link.fd());
+            }
+            return;
+        }
+        error!(
+            "hxcomm rank {}: rail {label} to rank {peer}: {why}; closing connection to rank {peer}",
+            self.core.rank()
+        );
+        self.core
+            .fail_peer(peer, &format!("rail {label} to rank {peer}: {why}"));
+        for l in self.links[p].iter_mut() {
+            if let Some(link) = l.take() {
+                self.poller.remove(link.fd());
+            }
+        }
+    }
+
+    fn accept(&mut self, idx: usize) {
+        loop {
+            let Some((l, name)) = self.listeners.get(idx) else {
+                return;
+            };
+            let (mut s, from) = match l.accept() {
+                Ok(v) => v,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    warn!("accept on {name} listener: {e}");
+                    return;
+                }
+            };
+            let live = self.pending.iter().filter(|p| p.is_some()).count();
+            if live >= MAX_PENDING {
+                warn!("refusing connection from {from} on {name}: {MAX_PENDING} handshakes already pending");
+                continue;
+            }
+            let hs = match handshake::Pending::new() {
+                Ok(h) => h,
+                Err(e) => {
+                    warn!("handshake nonce: {e}");
+                    continue;
+                }
+            };
+            if s.set_nonblocking(true).is_err() || s.write_all(&hs.challenge()).is_err() {
+                continue;
+            }
+            let slot = match self.pending.iter().position(|p| p.is_none()) {
+                Some(i) => i,
+                None => {
+                    self.pending.push(None);
+                    self.pending.len() - 1
+                }
+            };
+            if self
+                .poller
+                .add(
+                    s.as_raw_fd(),
+                    poller::IN | poller::HUP,
+                    T_PENDING | slot as u64,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            self.pending[slot] = Some(PendingConn {
+                stream: s,
+                hs,
+                deadline: Instant::now() + HANDSHAKE_TIMEOUT,
+                from: format!("{from} on {name}"),
+            });
+            self.advance_handshake(slot);
+        }
+    }
+
+    fn advance_handshake(&mut self, slot: usize) {
+        use std::io::Read;
+        loop {
+            let Some(pc) = self.pending.get_mut(slot).and_then(|p| p.as_mut()) else {
+                return;
+            };
+            let n = match pc.stream.read(pc.hs.space()) {
+                Ok(0) => {
+                    self.reject(slot, "closed before completing the handshake");
+                    return;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.reject(slot, &format!("read failed: {e}"));
+                    return;
+                }
+            };
+            match pc.hs.received(n, &self.secret) {
+                Verdict::NeedMore => {}
+                Verdict::Rejected(why) => {
+                    self.reject(slot, &why);
+                    return;
+                }
+                Verdict::Peer { rank, rail } => {
+                    let pc = self.pending[slot].take().unwrap();
+                    self.poller.remove(pc.stream.as_raw_fd());
+                    let me = self.core.rank();
+                    let ok = rank > me
+                        && rank < self.core.size()
+                        && (rail as usize) < self.links[rank as usize].len()
+                        && self.links[rank as usize][rail as usize].is_none();
+                    if !ok {
+                        warn!(
+                            "hxcomm rank {me}: closing connection from {}: unexpected rail {rail} from rank {rank}",
+                            pc.from
+                        );
+                        return;
+                    }
+                    if let Err(e) = self.install(rank, rail as usize, pc.stream) {
+                        warn!("installing rail {rail} from rank {rank}: {e}");
+                        return;
+                    }
+                    // Bytes may already be waiting behind the handshake.
+                    self.read_rail(rank, rail as usize);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn reject(&mut self, slot: usize, why: &str) {
+        if let Some(pc) = self.pending[slot].take() {
+            self.poller.remove(pc.stream.as_raw_fd());
+            warn!(
+                "hxcomm rank {}: closed connection from {}: {why}",
+                self.core.rank(),
+                pc.from
+            );
+        }
+    }
+
+    fn expire_handshakes(&mut self) {
+        let now = Instant::now();
+        for slot in 0..self.pending.len() {
+            if self.pending[slot]
+                .as_ref()
+                .is_some_and(|p| p.deadline < now)
+            {
+                self.reject(slot, "no handshake within 5 s");
+            }
+        }
+        while matches!(self.pending.last(), Some(None)) {
+            self.pending.pop();
+        }
+    }
+
+    /// Returns when every rank of the job has entered the barrier.
+    pub fn barrier(&mut self) -> Result<(), Error> {
+        let size = self.size();
+        let me = self.rank();
+        let round = self.barrier_round;
+        self.barrier_round += 1;
+        let mut dist = 1;
+        while dist < size {
+            let to = (me + dist) % size;
+            let from = (me + size - dist) % size;
+            let tag = round << 8 | dist.trailing_zeros() as u64;
+            let s = self.start_send(
+                BARRIER_EP,
+                to,
+                BARRIER_EP,
+                tag,
+                EngineBuf::Owned(Vec::new()),
+            )?;
+            let r = self.start_recv(
+                BARRIER_EP,
+                Some(from),
+                Some(tag),
+                EngineBuf::Owned(Vec::new()),
+            )?;
+            self.wait_all(&[s, r])?;
+            dist *= 2;
+        }
+        Ok(())
+    }
+
+    /// Completes outstanding sends, waits for every rank, then closes all rails in order: each
+    /// side sends Bye and waits (up to 5 s) for the peer's Bye before closing, so that no rank
+    /// mistakes another's exit for a failure and no unread data turns a close into a reset.
+    pub fn finalize(mut self) -> Result<(), Error> {
+        self.wait_until(|e| (0..e.size()).all(|p| !e.core.peer_tx_pending(p)))?;
+        let r = self.barrier();
+        for p in 0..self.size() {
+            if p != self.rank() && self.core.peer_failed(p).is_none() {
+                self.core.send_bye(p);
+            }
+        }
+        self.flush_dirty();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && self.links.iter().flatten().any(|l| l.is_some()) {
+            // Rails leave `links` when the peer's Bye and EOF have been read.
+            let all_bye = (0..self.size()).all(|p| {
+                (0..self.links[p as usize].len()).all(|rail| {
+                    self.links[p as usize][rail].is_none() || self.core.bye_received(p, rail)
+                })
+            });
+            let all_sent = (0..self.size()).all(|p| !self.core.peer_tx_pending(p));
+            if all_bye && all_sent {
+                break;
+            }
+            self.progress_once(10)?;
+        }
+        self.finalizing = true;
+        let live = self.core.live_requests();
+        if live > 0 {
+            info!("finalize with {live} requests not completed or not released");
+        }
+        r
+    }
+
+    /// For tests: raw access to the job's bootstrap.
+    pub fn bootstrap(&mut self) -> &mut dyn Bootstrap {
+        &mut *self.bootstrap
+    }
+
+    /// Why `peer` is considered failed, if it is.
+    pub fn peer_failure(&self, peer: Rank) -> Option<&str> {
+        self.core.peer_failed(peer)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.finalizing = true;
+    }
+}
+
+impl From<Error> for ProtoError {
+    fn from(e: Error) -> Self {
+        ProtoError::Invalid(e.to_string())
+    }
+}

@@ -1,0 +1,113 @@
+//! Settings, read from the environment (the launcher passes `--policy` as HX_POLICY). Every
+//! variable is documented in the README's settings table; a malformed value is an error naming the
+//! variable, never silently ignored.
+
+use std::time::Duration;
+
+use hx_protocol::{Config, Policy};
+
+use crate::Error;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub protocol: Config,
+    /// HX_RAILS: use only these interfaces (by name).
+    pub rails: Option<Vec<String>>,
+    /// HX_LOOPBACK_RAILS: connections per peer between ranks on the same host.
+    pub loopback_rails: usize,
+    /// HX_SPIN_US: how long to poll before sleeping in epoll.
+    pub spin: Duration,
+    /// HX_YIELD: yield the CPU while spinning (default: when ranks here outnumber cores).
+    pub yield_while_spinning: bool,
+    /// HX_NOTSENT_LOWAT: unsent bytes a rail socket may hold.
+    pub notsent_lowat: u32,
+    /// HX_CONNECT_TIMEOUT: seconds to wait for all rails to come up.
+    pub connect_timeout: Duration,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn num<T: std::str::FromStr>(name: &str, default: T) -> Result<T, Error> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) => v
+            .parse()
+            .map_err(|_| Error::Config(format!("{name}={v}: expected a number"))),
+    }
+}
+
+fn size(name: &str, default: usize) -> Result<usize, Error> {
+    let Some(v) = var(name) else {
+        return Ok(default);
+    };
+    let (digits, mult) = match v.to_ascii_lowercase() {
+        s if s.ends_with('k') => (s[..s.len() - 1].to_string(), 1024),
+        s if s.ends_with('m') => (s[..s.len() - 1].to_string(), 1024 * 1024),
+        s => (s, 1),
+    };
+    digits
+        .parse::<usize>()
+        .map(|n| n * mult)
+        .map_err(|_| Error::Config(format!("{name}={v}: expected a size like 65536, 64k or 1m")))
+}
+
+impl Settings {
+    pub fn from_env() -> Result<Settings, Error> {
+        let policy = match var("HX_POLICY") {
+            None => Policy::Adaptive,
+            Some(p) => Policy::parse(&p).ok_or_else(|| {
+                Error::Config(format!(
+                    "HX_POLICY={p}: expected one of bind, rr, stripe, adaptive"
+                ))
+            })?,
+        };
+        let d = Config::default();
+        let protocol = Config {
+            policy,
+            eager_limit: size("HX_EAGER_LIMIT", d.eager_limit)?,
+            max_chunk: size("HX_CHUNK", d.max_chunk)?,
+            min_chunk: size("HX_MIN_CHUNK", d.min_chunk)?,
+            stage_size: d.stage_size,
+        };
+        if protocol.min_chunk == 0 || protocol.max_chunk < protocol.min_chunk {
+            return Err(Error::Config(format!(
+                "HX_MIN_CHUNK ({}) must be positive and at most HX_CHUNK ({})",
+                protocol.min_chunk, protocol.max_chunk
+            )));
+        }
+        if protocol.max_chunk > u32::MAX as usize {
+            return Err(Error::Config("HX_CHUNK must be below 4 GiB".into()));
+        }
+        let rails = var("HX_RAILS").map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+        });
+        let loopback_rails: usize = num("HX_LOOPBACK_RAILS", 1)?;
+        if loopback_rails == 0 || loopback_rails > 64 {
+            return Err(Error::Config(format!(
+                "HX_LOOPBACK_RAILS={loopback_rails}: expected 1 to 64"
+            )));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let local: usize = num("HX_LOCAL_SIZE", 1)?;
+        let yield_while_spinning = match var("HX_YIELD").as_deref() {
+            None => local > cores,
+            Some("1") | Some("yes") | Some("true") => true,
+            Some("0") | Some("no") | Some("false") => false,
+            Some(v) => return Err(Error::Config(format!("HX_YIELD={v}: expected 0 or 1"))),
+        };
+        Ok(Settings {
+            protocol,
+            rails,
+            loopback_rails,
+            spin: Duration::from_micros(num("HX_SPIN_US", 200u64)?),
+            yield_while_spinning,
+            notsent_lowat: size("HX_NOTSENT_LOWAT", 128 * 1024)? as u32,
+            connect_timeout: Duration::from_secs(num("HX_CONNECT_TIMEOUT", 30u64)?),
+        })
+    }
+}

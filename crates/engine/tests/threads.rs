@@ -1,0 +1,136 @@
+//! Engine tests with ranks as threads of one process, joined through an in-process bootstrap
+//! server over loopback rails: real sockets, real epoll, no launcher.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hx_bootstrap::{KvClient, KvServer};
+use hx_engine::{Engine, Error, Policy, Settings, ANY_SOURCE, ANY_TAG};
+
+const SECRET: [u8; 32] = [7; 32];
+
+fn settings(policy: Policy, rails: usize) -> Settings {
+    let mut s = Settings::from_env().unwrap();
+    s.protocol.policy = policy;
+    s.loopback_rails = rails;
+    s.connect_timeout = Duration::from_secs(10);
+    s
+}
+
+/// Runs `f(engine)` on `n` ranks at once.
+fn job<F>(n: u32, s: Settings, f: F)
+where
+    F: Fn(&mut Engine) + Send + Sync + Clone + 'static,
+{
+    let server = KvServer::start("127.0.0.1:0".parse().unwrap(), n, SECRET).unwrap();
+    let addr: SocketAddr = server.local_addr();
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let f = f.clone();
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let boot = KvClient::connect(addr, r, n, &SECRET).unwrap();
+                let mut e = Engine::with(s, Box::new(boot), SECRET).unwrap();
+                f(&mut e);
+                e.finalize().unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank panicked");
+    }
+    server.shutdown();
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn ping_pong_all_policies() {
+    for pol in Policy::ALL {
+        job(2, settings(pol, 3), |e| {
+            e.open_endpoint(0).unwrap();
+            let peer = 1 - e.rank();
+            for (i, len) in [0usize, 1, 100, 40_000, 1 << 20, 5_000_000]
+                .into_iter()
+                .enumerate()
+            {
+                let data = pattern(i as u64 + 1, len);
+                if e.rank() == 0 {
+                    e.send(0, peer, 0, i as u64, &data).unwrap();
+                    let mut back = vec![0; len];
+                    let st = e.recv(0, Some(peer), Some(i as u64), &mut back).unwrap();
+                    assert_eq!(st.len, len);
+                    assert_eq!(back, data);
+                } else {
+                    let mut buf = vec![0; len];
+                    let st = e.recv(0, ANY_SOURCE, ANY_TAG, &mut buf).unwrap();
+                    assert_eq!((st.source, st.tag, st.len), (0, i as u64, len));
+                    assert_eq!(buf, data);
+                    e.send(0, peer, 0, i as u64, &buf).unwrap();
+                }
+            }
+            let stats = e.rail_tx_bytes(peer);
+            assert_eq!(stats.len(), 3);
+        });
+    }
+}
+
+#[test]
+fn nonblocking_window_and_rails_all_carry() {
+    job(2, settings(Policy::Adaptive, 4), |e| {
+        e.open_endpoint(5).unwrap();
+        let peer = 1 - e.rank();
+        let len = 2 << 20;
+        if e.rank() == 0 {
+            let reqs: Vec<_> = (0..8)
+                .map(|i| e.isend(5, peer, 5, i, pattern(i, len)).unwrap())
+                .collect();
+            e.wait_all(&reqs).unwrap();
+            let stats = e.rail_tx_bytes(peer);
+            assert!(
+                stats.iter().all(|&b| b > 0),
+                "every rail carries: {stats:?}"
+            );
+        } else {
+            let reqs: Vec<_> = (0..8)
+                .map(|_| e.irecv(5, Some(peer), ANY_TAG, vec![0; len]).unwrap())
+                .collect();
+            for (i, r) in reqs.into_iter().enumerate() {
+                let (st, buf) = e.wait_owned(r).unwrap();
+                assert_eq!(st.tag, i as u64);
+                assert_eq!(buf.unwrap(), pattern(i as u64, len));
+            }
+        }
+    });
+}
+
+#[test]
+fn errors_are_clear() {
+    job(2, settings(Policy::Adaptive, 1), |e| {
+        assert!(matches!(e.send(3, 1, 0, 0, b"x"), Err(Error::Invalid(_))));
+        e.open_endpoint(0).unwrap();
+        assert!(matches!(e.open_endpoint(0), Err(Error::Invalid(_))));
+        assert!(matches!(e.send(0, 9, 0, 0, b"x"), Err(Error::Invalid(_))));
+        e.barrier().unwrap();
+        if e.rank() == 0 {
+            e.send(0, 1, 0, 1, &[1; 100]).unwrap();
+        } else {
+            let mut small = [0u8; 10];
+            match e.recv(0, Some(0), Some(1), &mut small) {
+                Err(Error::Truncated(st)) => assert_eq!(st.len, 100),
+                other => panic!("{other:?}"),
+            }
+        }
+        e.barrier().unwrap();
+    });
+}
