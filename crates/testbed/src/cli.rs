@@ -224,7 +224,7 @@ fn print_status(info: &TestbedInfo) -> Result<(), TestbedError> {
         );
     }
     println!(
-        "{:<12} {:<14} {:<5} {:<14} {:<5} {:>16} {:>16}",
+        "{:<12} {:<14} {:<5} {:<14} {:<10} {:>16} {:>16}",
         "host", "mgmt", "rail", "addr", "state", "tx_bytes", "rx_bytes"
     );
     for (k, rails) in counters.iter().enumerate() {
@@ -236,7 +236,7 @@ fn print_status(info: &TestbedInfo) -> Result<(), TestbedError> {
                 _ => "down",
             };
             println!(
-                "{:<12} {:<14} {:<5} {:<14} {:<5} {:>16} {:>16}",
+                "{:<12} {:<14} {:<5} {:<14} {:<10} {:>16} {:>16}",
                 info.spec.host_name(k),
                 info.host_mgmt_addr(k).to_string(),
                 format!("r{i}"),

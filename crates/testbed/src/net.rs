@@ -343,7 +343,7 @@ fn teardown(info: &TestbedInfo) -> Result<(), TestbedError> {
     };
     for l in info.root_links.iter().rev() {
         if link_exists(None, l) {
-            keep(ip(&["link", "del", "dev", l]).map(|_| ()));
+            keep(del_link(l));
         }
     }
     for ns in &info.namespaces {
@@ -356,6 +356,14 @@ fn teardown(info: &TestbedInfo) -> Result<(), TestbedError> {
     match first {
         None => state::remove(info.name()),
         Some(e) => Err(e),
+    }
+}
+
+/// Deletes a root-namespace link; one that vanished meanwhile (its peer's namespace went) is fine.
+fn del_link(dev: &str) -> Result<(), TestbedError> {
+    match ip(&["link", "del", "dev", dev]) {
+        Err(_) if !link_exists(None, dev) => Ok(()),
+        r => r.map(|_| ()),
     }
 }
 
@@ -376,27 +384,7 @@ fn warn_processes(ns: &str) {
 fn teardown_discovered(name: &str) -> Result<bool, TestbedError> {
     let mark = marker(name);
     let mut found = false;
-    // Root links: PREFIX-m<digits> and PREFIX-mgmt.
-    let out = ip(&["-j", "link", "show"])?;
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    let veth_prefix = format!("{name}-m");
-    let bridge = mgmt_bridge(name);
-    let mut links: Vec<String> = Vec::new();
-    for l in v.as_array().into_iter().flatten() {
-        let ifname = l["ifname"].as_str().unwrap_or_default();
-        let ours_by_name = ifname == bridge
-            || ifname
-                .strip_prefix(&veth_prefix)
-                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
-        if ours_by_name && l["ifalias"].as_str() == Some(mark.as_str()) {
-            links.push(ifname.to_string());
-        }
-    }
-    links.sort_by_key(|l| l == &bridge); // veths first, bridge last
-    for l in &links {
-        found = true;
-        ip(&["link", "del", "dev", l])?;
-    }
+    // Namespaces first: deleting the root veth ends would take the marked `mgmt` with them.
     // Namespaces: PREFIX<digits> with `mgmt` marked, PREFIXsw with `br0` marked.
     let sw = switch_ns(name);
     if let Ok(dir) = std::fs::read_dir(NETNS_DIR) {
@@ -418,6 +406,27 @@ fn teardown_discovered(name: &str) -> Result<bool, TestbedError> {
                 ip(&["netns", "del", &ns])?;
             }
         }
+    }
+    // Root links: PREFIX-m<digits> and PREFIX-mgmt.
+    let out = ip(&["-j", "link", "show"])?;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let veth_prefix = format!("{name}-m");
+    let bridge = mgmt_bridge(name);
+    let mut links: Vec<String> = Vec::new();
+    for l in v.as_array().into_iter().flatten() {
+        let ifname = l["ifname"].as_str().unwrap_or_default();
+        let ours_by_name = ifname == bridge
+            || ifname
+                .strip_prefix(&veth_prefix)
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+        if ours_by_name && l["ifalias"].as_str() == Some(mark.as_str()) {
+            links.push(ifname.to_string());
+        }
+    }
+    links.sort_by_key(|l| l == &bridge); // veths first, bridge last
+    for l in &links {
+        found = true;
+        del_link(l)?;
     }
     let had_block = std::fs::read_to_string(hosts::HOSTS_FILE)
         .map(|c| hosts::has_block(&c, name))

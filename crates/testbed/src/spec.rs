@@ -191,13 +191,18 @@ pub fn parse_delay(s: &str) -> Result<f64, TestbedError> {
     Ok(us)
 }
 
-/// tbf burst and queue limit in bytes for a rate. Measured here with iperf3 at 1gbit, MTU 1500:
-/// burst 64 KiB (one full GSO segment, ~0.5 ms at 1 Gbit/s) and a 1 MiB queue give 119.4-119.5 MB/s
-/// of TCP payload per rail with no retransmits, on 1 and on 4 rails at once; a 256 KiB queue drops
-/// (1000+ retransmits in 5 s). Faster rails scale both with the rate (0.5 ms burst, 8 ms queue).
+/// tbf burst and queue limit in bytes for a rate. Measured here with iperf3 at 1gbit, MTU 1500,
+/// while other builds loaded the 2 cores: a 64 KiB burst gives 119.4 MB/s on one rail but only
+/// 116.5-118.5 MB/s per rail (with retransmits) on 4 rails at once, because a late tbf watchdog
+/// loses tokens; a 128 KiB burst (~1 ms at 1 Gbit/s) gives 119.43-119.48 MB/s per rail on 1 and 4
+/// rails with no retransmits (wire limit for TCP payload at tbf's 1514-byte frames: 119.55). A
+/// 256 KiB queue drops (1000+ retransmits in 5 s); 1 MiB (8 ms) does not. Faster rails scale both
+/// with the rate (1 ms burst, 8 ms queue).
 pub fn tbf_params(rate_bits: u64, mtu: u32) -> (u64, u64) {
     let bytes_per_s = rate_bits / 8;
-    let burst = (bytes_per_s / 2000).max(64 * 1024).max(2 * mtu as u64 + 64);
+    let burst = (bytes_per_s / 1000)
+        .max(128 * 1024)
+        .max(2 * mtu as u64 + 64);
     let limit = (bytes_per_s / 125).max(1024 * 1024).max(4 * burst);
     (burst, limit)
 }
@@ -266,9 +271,9 @@ mod tests {
 
     #[test]
     fn tbf_sizes() {
-        assert_eq!(tbf_params(1_000_000_000, 1500), (65536, 1024 * 1024));
+        assert_eq!(tbf_params(1_000_000_000, 1500), (131072, 1024 * 1024));
         let (b, l) = tbf_params(4_000_000_000, 9000);
-        assert_eq!(b, 250_000);
+        assert_eq!(b, 500_000);
         assert_eq!(l, 4_000_000);
     }
 }

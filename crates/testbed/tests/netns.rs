@@ -307,3 +307,17 @@ fn delay_with_netem_or_clear_error() {
         }
     }
 }
+
+#[test]
+fn down_without_state_uses_markers() {
+    if skip() {
+        return;
+    }
+    let name = name("g");
+    let tb = Testbed::up(&TestbedSpec::new(&name, 3, 1)).expect("up");
+    let made = tb.info().namespaces.clone();
+    let info = tb.keep();
+    std::fs::remove_file(format!("/run/hxcomm/net-{}.json", info.name())).unwrap();
+    hx_testbed::down(&name).unwrap();
+    assert_gone(&name, &made);
+}
