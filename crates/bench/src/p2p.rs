@@ -1,0 +1,263 @@
+//! latency / bw / bibw between ranks 0 and 1 (other ranks, if any, only join the barriers).
+
+use std::time::Instant;
+
+use hx_engine::{Engine, Request};
+
+use crate::pattern;
+use crate::P2pOpts;
+
+const EP: u16 = 1;
+const TAG_DATA: u64 = 1;
+const TAG_ACK: u64 = 2;
+const TAG_CPU: u64 = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Latency,
+    Bw,
+    Bibw,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Latency => "latency",
+            Kind::Bw => "bw",
+            Kind::Bibw => "bibw",
+        }
+    }
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+fn err(e: hx_engine::Error) -> String {
+    e.to_string()
+}
+
+pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
+    let sizes = crate::parse_sizes(&o.sizes)?;
+    let mut e = Engine::init().map_err(err)?;
+    if e.size() < 2 {
+        return Err(format!(
+            "{} needs 2 ranks: hxcomm run -n 2 -- hxcomm bench {}",
+            kind.name(),
+            kind.name()
+        ));
+    }
+    e.open_endpoint(EP).map_err(err)?;
+    let me = e.rank();
+    let peer = 1 - me.min(1);
+    let active = me < 2;
+    let policy = e.settings().protocol.policy.name();
+    let rails = e.rails(peer);
+    if me == 0 && !o.json {
+        println!(
+            "# hxcomm {} ({} rails to rank 1: {}, policy {policy}{})",
+            kind.name(),
+            rails,
+            e.rail_names(peer).join(","),
+            if o.validate { ", validated" } else { "" }
+        );
+        match kind {
+            Kind::Latency => println!("# Size          Latency (us)"),
+            _ => println!("# Size      Bandwidth (MB/s)"),
+        }
+    }
+    let window = o.window.max(1) as usize;
+    for &size in &sizes {
+        let default_iters = match kind {
+            Kind::Latency if size > 64 * 1024 => 100,
+            Kind::Latency => 1000,
+            _ if size > 64 * 1024 => 20,
+            _ => 100,
+        };
+        let iters = o.iterations.unwrap_or(default_iters).max(1);
+        let warmup = o.warmup.unwrap_or((iters / 10).max(2));
+        e.barrier().map_err(err)?;
+        if !active {
+            continue;
+        }
+        let cpu0 = cpu_seconds();
+        let secs = match kind {
+            Kind::Latency => latency(&mut e, me, peer, size, iters, warmup, o.validate)?,
+            Kind::Bw | Kind::Bibw => bandwidth(
+                &mut e, kind, me, peer, size, window, iters, warmup, o.validate,
+            )?,
+        };
+        let cpu = cpu_seconds() - cpu0;
+        // Rank 1 reports its CPU time so rank 0 can print the pair's cost per byte.
+        let mut peer_cpu = [0u8; 8];
+        if me == 1 {
+            e.send(EP, 0, EP, TAG_CPU, &cpu.to_le_bytes())
+                .map_err(err)?;
+            continue;
+        }
+        e.recv(EP, Some(1), Some(TAG_CPU), &mut peer_cpu)
+            .map_err(err)?;
+        let cpu_total = cpu + f64::from_le_bytes(peer_cpu);
+        let (value, unit, moved) = match kind {
+            Kind::Latency => (
+                secs * 1e6 / (2.0 * iters as f64),
+                "usec",
+                2 * size * iters as usize,
+            ),
+            Kind::Bw => {
+                let bytes = (size * window * iters as usize) as f64;
+                (bytes / secs / 1e6, "mb_per_s", bytes as usize)
+            }
+            Kind::Bibw => {
+                let bytes = (2 * size * window * iters as usize) as f64;
+                (bytes / secs / 1e6, "mb_per_s", bytes as usize)
+            }
+        };
+        let cpu_per_gb = if moved > 0 {
+            cpu_total / (moved as f64 / 1e9)
+        } else {
+            0.0
+        };
+        if o.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "bench": kind.name(), "bytes": size, unit: (value * 100.0).round() / 100.0,
+                    "rails": rails, "policy": policy, "iterations": iters,
+                    "window": if kind == Kind::Latency { 1 } else { window },
+                    "cpu_s": (cpu_total * 1e4).round() / 1e4,
+                    "cpu_s_per_gb": (cpu_per_gb * 1e3).round() / 1e3,
+                    "validated": o.validate,
+                })
+            );
+        } else {
+            println!("{size:<10}{value:>18.2}");
+        }
+    }
+    e.finalize().map_err(err)
+}
+
+fn verify(buf: &[u8], seed: u64, what: &str) -> Result<(), String> {
+    match pattern::check(buf, seed) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "validation failed: {what}: byte {i} of {} differs",
+            buf.len()
+        )),
+    }
+}
+
+fn latency(
+    e: &mut Engine,
+    me: u32,
+    peer: u32,
+    size: usize,
+    iters: u32,
+    warmup: u32,
+    validate: bool,
+) -> Result<f64, String> {
+    let mut sbuf = vec![0u8; size];
+    let mut rbuf = vec![0u8; size];
+    pattern::fill(&mut sbuf, size as u64);
+    let mut start = Instant::now();
+    for i in 0..iters + warmup {
+        if i == warmup {
+            start = Instant::now();
+        }
+        if validate {
+            pattern::fill(
+                &mut sbuf,
+                (size as u64) << 32 | i as u64 | (me as u64) << 63,
+            );
+        }
+        if me == 0 {
+            e.send(EP, peer, EP, TAG_DATA, &sbuf).map_err(err)?;
+            e.recv(EP, Some(peer), Some(TAG_DATA), &mut rbuf)
+                .map_err(err)?;
+        } else {
+            e.recv(EP, Some(peer), Some(TAG_DATA), &mut rbuf)
+                .map_err(err)?;
+            e.send(EP, peer, EP, TAG_DATA, &sbuf).map_err(err)?;
+        }
+        if validate {
+            let seed = (size as u64) << 32 | i as u64 | (peer as u64) << 63;
+            verify(&rbuf, seed, &format!("latency {size} B iteration {i}"))?;
+        }
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bandwidth(
+    e: &mut Engine,
+    kind: Kind,
+    me: u32,
+    peer: u32,
+    size: usize,
+    window: usize,
+    iters: u32,
+    warmup: u32,
+    validate: bool,
+) -> Result<f64, String> {
+    // Without validation one buffer per direction serves the whole window, as in OSU.
+    let slots = if validate { window } else { 1 };
+    let mut sbufs: Vec<Vec<u8>> = (0..slots).map(|_| vec![0u8; size]).collect();
+    let mut rbufs: Vec<Vec<u8>> = (0..slots).map(|_| vec![0u8; size]).collect();
+    let sends = kind == Kind::Bibw || me == 0;
+    let recvs = kind == Kind::Bibw || me == 1;
+    let seed = |sender: u32, it: u32, w: usize| {
+        (size as u64) << 40 ^ (it as u64) << 20 ^ (w as u64) << 1 ^ sender as u64
+    };
+    let mut reqs: Vec<Request> = Vec::with_capacity(2 * window);
+    let mut ack = [0u8; 4];
+    let mut start = Instant::now();
+    for it in 0..iters + warmup {
+        if it == warmup {
+            start = Instant::now();
+        }
+        reqs.clear();
+        if recvs {
+            for w in 0..window {
+                let b = &mut rbufs[w % slots];
+                // SAFETY: the buffers outlive the wait_all below.
+                let r =
+                    unsafe { e.irecv_raw(EP, Some(peer), Some(TAG_DATA), b.as_mut_ptr(), b.len()) };
+                reqs.push(r.map_err(err)?);
+            }
+        }
+        if sends {
+            for w in 0..window {
+                let b = &mut sbufs[w % slots];
+                if validate {
+                    pattern::fill(b, seed(me, it, w));
+                }
+                // SAFETY: as above.
+                let r = unsafe { e.isend_raw(EP, peer, EP, TAG_DATA, b.as_ptr(), b.len()) };
+                reqs.push(r.map_err(err)?);
+            }
+        }
+        e.wait_all(&reqs).map_err(err)?;
+        if validate && recvs {
+            for (w, b) in rbufs.iter().enumerate() {
+                verify(
+                    b,
+                    seed(peer, it, w),
+                    &format!("{} {size} B iteration {it} message {w}", kind.name()),
+                )?;
+            }
+        }
+        if kind == Kind::Bw {
+            if me == 1 {
+                e.send(EP, peer, EP, TAG_ACK, &ack).map_err(err)?;
+            } else {
+                e.recv(EP, Some(peer), Some(TAG_ACK), &mut ack)
+                    .map_err(err)?;
+            }
+        }
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
