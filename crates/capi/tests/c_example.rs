@@ -1,0 +1,141 @@
+//! Builds libhxcomm and the launcher, compiles examples/pingpong.c with `cc` against
+//! include/hxcomm.h, and runs it as two ranks under `hxcomm run`.
+//!
+//! Cargo does not hand an integration test the package's cdylib or another package's binary, so
+//! the test runs `cargo build` itself, with the profile and target directory it was built with.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// target/<profile>, from the test executable's path (target/<profile>/deps/c_example-*).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+fn cargo_build(args: &[&str]) {
+    let dir = profile_dir();
+    let profile = dir.file_name().unwrap().to_str().unwrap().to_string();
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(workspace_root())
+        .arg("build")
+        .args(args)
+        .arg("--target-dir")
+        .arg(dir.parent().unwrap());
+    match profile.as_str() {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        p => {
+            cmd.args(["--profile", p]);
+        }
+    }
+    let st = cmd.status().expect("running cargo");
+    assert!(st.success(), "cargo build {args:?} failed");
+}
+
+fn have_cc() -> bool {
+    Command::new("cc")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Compiles examples/pingpong.c; returns the executable.
+fn build_pingpong() -> PathBuf {
+    cargo_build(&["-p", "hxcomm-capi", "--lib"]);
+    cargo_build(&["-p", "hxcomm", "--bin", "hxcomm"]);
+    let lib_dir = profile_dir();
+    assert!(
+        lib_dir.join("libhxcomm.so").exists(),
+        "no libhxcomm.so in {}",
+        lib_dir.display()
+    );
+    let root = workspace_root();
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pingpong");
+    let out = Command::new("cc")
+        .args([
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O2",
+            "-I",
+        ])
+        .arg(root.join("include"))
+        .arg(root.join("examples/pingpong.c"))
+        .arg("-L")
+        .arg(&lib_dir)
+        .arg("-lhxcomm")
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("running cc");
+    assert!(
+        out.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+fn run(n: u32, extra: &[&str], exe: &Path) -> (Output, String) {
+    let out = Command::new(profile_dir().join("hxcomm"))
+        .args(["run", "-n", &n.to_string(), "--timeout", "120"])
+        .args(extra)
+        .arg("--")
+        .arg(exe)
+        .arg("5")
+        .output()
+        .expect("running hxcomm run");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, text)
+}
+
+#[test]
+fn pingpong_c_example_under_the_launcher() {
+    if !have_cc() {
+        eprintln!("SKIPPED: no C compiler (`cc`) found; the C example test needs one");
+        return;
+    }
+    let exe = build_pingpong();
+
+    // Default settings, then 4 loopback rails with striping.
+    for extra in [
+        &[][..],
+        &["--policy", "stripe", "--env", "HX_LOOPBACK_RAILS=4"][..],
+    ] {
+        let (out, text) = run(2, extra, &exe);
+        assert!(out.status.success(), "pingpong {extra:?} failed:\n{text}");
+        for want in [
+            "rank 0: pingpong OK",
+            "rank 1: pingpong OK",
+            "rank 0: hello from rank 1",
+            "rank 1: hello from rank 0",
+            "size  4194304:",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+        eprintln!("{text}");
+    }
+
+    // Wrong job size: a clear message and a non-zero exit.
+    let (out, text) = run(3, &[], &exe);
+    assert!(
+        !out.status.success(),
+        "pingpong with 3 ranks succeeded:\n{text}"
+    );
+    assert!(text.contains("needs exactly 2 ranks"), "{text}");
+}
