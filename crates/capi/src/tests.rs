@@ -241,3 +241,23 @@ fn strerror_covers_every_code() {
     let s = unsafe { CStr::from_ptr(hx_strerror(-1)) }.to_str().unwrap();
     assert_eq!(s, "unknown result code");
 }
+
+#[test]
+fn panics_become_error_codes() {
+    let rc = guard("hx_test_panic", || panic!("boom {}", 42));
+    assert_eq!(rc, HX_ERR_PANIC);
+    let e = last_error();
+    assert!(e.contains("hx_test_panic") && e.contains("boom 42"), "{e}");
+    let rc = guard("hx_test_ok", || Ok(()));
+    assert_eq!(rc, HX_OK);
+}
+
+#[test]
+fn layouts_match_the_header() {
+    // include/hxcomm.h declares these structs; the C test checks the same numbers from C.
+    assert_eq!(std::mem::size_of::<hx_target>(), 8);
+    assert_eq!(std::mem::size_of::<hx_status>(), 32);
+    assert_eq!(std::mem::offset_of!(hx_status, tag), 8);
+    assert_eq!(std::mem::offset_of!(hx_status, length), 16);
+    assert_eq!(std::mem::offset_of!(hx_status, truncated), 24);
+}

@@ -104,6 +104,51 @@ fn run(n: u32, extra: &[&str], exe: &Path) -> (Output, String) {
     (out, text)
 }
 
+/// The header's struct layouts and constants, seen from C, match the library's.
+#[test]
+fn header_layout_from_c() {
+    if !have_cc() {
+        eprintln!("SKIPPED: no C compiler (`cc`) found");
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let src = dir.join("layout.c");
+    std::fs::write(
+        &src,
+        r#"#include <stddef.h>
+#include "hxcomm.h"
+#ifdef __cplusplus
+#define _Static_assert static_assert
+#endif
+_Static_assert(sizeof(hx_target) == 8, "hx_target");
+_Static_assert(sizeof(hx_status) == 32, "hx_status");
+_Static_assert(offsetof(hx_status, tag) == 8, "tag");
+_Static_assert(offsetof(hx_status, length) == 16, "length");
+_Static_assert(offsetof(hx_status, truncated) == 24, "truncated");
+_Static_assert(HX_ERR_PANIC == 9 && HX_ERR_TRUNCATED == 2 && HX_ERR_PEER == 3, "codes");
+int main(void) { return 0; }
+"#,
+    )
+    .unwrap();
+    for (compiler, std) in [("cc", "-std=c11"), ("c++", "-std=c++17")] {
+        let mut cmd = Command::new(compiler);
+        cmd.args([std, "-Wall", "-Werror", "-fsyntax-only", "-I"])
+            .arg(workspace_root().join("include"));
+        if compiler == "c++" {
+            cmd.args(["-x", "c++"]);
+        }
+        match cmd.arg(&src).output() {
+            Ok(o) => assert!(
+                o.status.success(),
+                "{compiler}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(_) if compiler == "c++" => eprintln!("no c++ compiler: C++ check skipped"),
+            Err(e) => panic!("{compiler}: {e}"),
+        }
+    }
+}
+
 #[test]
 fn pingpong_c_example_under_the_launcher() {
     if !have_cc() {
@@ -130,6 +175,19 @@ fn pingpong_c_example_under_the_launcher() {
         }
         eprintln!("{text}");
     }
+
+    // A malformed setting: hx_init fails with a message naming the variable.
+    let (out, text) = run(2, &["--env", "HX_POLICY=bogus"], &exe);
+    assert!(
+        !out.status.success(),
+        "pingpong with HX_POLICY=bogus succeeded:\n{text}"
+    );
+    assert!(
+        text.contains("hx_init")
+            && text.contains("configuration error")
+            && text.contains("HX_POLICY"),
+        "{text}"
+    );
 
     // Wrong job size: a clear message and a non-zero exit.
     let (out, text) = run(3, &[], &exe);
