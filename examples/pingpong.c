@@ -27,12 +27,13 @@
 #define TAG_DATA 100
 
 static uint32_t rank = 0;
+static char who[16] = "?"; /* this rank, for messages (unknown before hx_rank) */
 
 #define CHECK(call)                                                                            \
     do {                                                                                       \
         int rc_ = (call);                                                                      \
         if (rc_ != HX_OK) {                                                                    \
-            fprintf(stderr, "pingpong rank %u: %s failed: %s (%s)\n", (unsigned)rank, #call,  \
+            fprintf(stderr, "pingpong rank %s: %s failed: %s (%s)\n", who, #call,             \
                     hx_strerror(rc_), hx_last_error());                                        \
             exit(1);                                                                           \
         }                                                                                      \
@@ -122,6 +123,7 @@ int main(int argc, char **argv) {
     CHECK(hx_init(&ctx));
     uint32_t size;
     CHECK(hx_rank(ctx, &rank));
+    snprintf(who, sizeof who, "%u", (unsigned)rank);
     CHECK(hx_size(ctx, &size));
     if (size != 2) {
         fprintf(stderr, "pingpong: needs exactly 2 ranks, got %u (hxcomm run -n 2 -- ...)\n",
@@ -136,7 +138,12 @@ int main(int argc, char **argv) {
     CHECK(hx_target_init(ep, peer, EP, &to));
 
     /* Hello both ways: a nonblocking write, the read through poll(). */
+    /* Rank 1 says hello 100 ms late, so that rank 0 really sleeps in poll() until it comes. */
     uint32_t hello = 0xC0FFEE00u + rank;
+    if (rank == 1) {
+        struct timespec pause = {0, 100 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
     hx_request hreq;
     CHECK(hx_iwrite(ep, to, TAG_HELLO, &hello, sizeof hello, &hreq));
     if (hello_with_poll(ctx, ep, peer) != 0)

@@ -173,6 +173,16 @@ fn pingpong_c_example_under_the_launcher() {
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }
+        // Rank 1 says hello 100 ms late: rank 0 must have been woken by hxcomm's fd in poll().
+        let woken = text
+            .lines()
+            .find_map(|l| l.strip_prefix("rank 0: hello from rank 1 after "))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse::<u32>().ok());
+        assert!(
+            matches!(woken, Some(n) if n >= 1),
+            "rank 0 was not woken by hx_fd:\n{text}"
+        );
         eprintln!("{text}");
     }
 
