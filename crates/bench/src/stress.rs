@@ -29,6 +29,9 @@ pub struct StressOpts {
     /// Print one JSON summary line.
     #[arg(long)]
     pub json: bool,
+    /// After the traffic, keep serving connections (and progressing) this long before finishing.
+    #[arg(long, default_value_t = 0)]
+    pub linger_ms: u64,
 }
 
 struct Rng(u64);
@@ -155,6 +158,11 @@ pub fn run(o: &StressOpts) -> Result<(), String> {
     let rail_bytes: Vec<Vec<u64>> = (0..size)
         .map(|p| if p == me { vec![] } else { e.rail_tx_bytes(p) })
         .collect();
+    let linger = Instant::now();
+    while linger.elapsed().as_millis() < o.linger_ms as u128 {
+        e.progress().map_err(|e| e.to_string())?;
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     e.barrier().map_err(|e| e.to_string())?;
     if o.json {
         println!(

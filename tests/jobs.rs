@@ -1,0 +1,123 @@
+//! End-to-end jobs: real ranks started by `hxcomm run` on this host over loopback rails.
+
+mod util;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use util::{hxcomm, listening_ports, no_process_with, rank_pids};
+
+/// 1000 random messages (1 B to 8 MiB, random tags, any-source receives mixed in) between 4
+/// ranks with 4 loopback rails each, byte-exact and in order, under every policy.
+#[test]
+fn random_traffic_under_every_policy() {
+    for (i, policy) in ["bind", "rr", "stripe", "adaptive"].iter().enumerate() {
+        let seed = (100 + i).to_string();
+        let out = Command::new(hxcomm())
+            .args(["run", "-n", "4", "--policy", policy, "--env", "HX_LOOPBACK_RAILS=4", "--"])
+            .args([hxcomm(), "bench", "stress", "--messages", "1000", "--max-size", "8M"])
+            .args(["--seed", &seed, "--json"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "policy {policy}: {stdout}\n{stderr}");
+        let mut received = 0;
+        let mut rails_used = 0;
+        for line in stdout.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["policy"], *policy);
+            received += v["received"].as_u64().unwrap();
+            for per_peer in v["rail_tx_bytes"].as_array().unwrap() {
+                rails_used = rails_used.max(
+                    per_peer.as_array().unwrap().iter().filter(|b| b.as_u64().unwrap() > 0).count(),
+                );
+            }
+        }
+        assert_eq!(received, 1000, "policy {policy}: {stdout}");
+        // bind keeps each peer on one rail; the others spread over all four.
+        if *policy == "bind" {
+            assert_eq!(rails_used, 1, "{stdout}");
+        } else {
+            assert_eq!(rails_used, 4, "{stdout}");
+        }
+    }
+}
+
+/// Killing one rank makes `hxcomm run` exit non-zero within 5 s, naming the rank, and leaves no
+/// process behind.
+#[test]
+fn killed_rank_ends_the_job() {
+    let marker = "424242";
+    let mut job = Command::new(hxcomm())
+        .args(["run", "-n", "3", "--"])
+        .args([hxcomm(), "bench", "stress", "--messages", "100000000", "--max-size", "64k"])
+        .args(["--seed", marker])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = rank_pids(marker, 3, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(500));
+    let (victim_pid, victim_rank) = pids[1];
+    unsafe { libc::kill(victim_pid, libc::SIGKILL) };
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = job.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "job still running 5 s after the kill");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    job.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(stderr.contains(&format!("rank {victim_rank}")), "{stderr}");
+    assert!(no_process_with(marker, Duration::from_secs(3)), "processes left behind");
+}
+
+/// Connections that do not present the job secret are closed and logged; the job completes.
+#[test]
+fn strangers_are_refused_and_the_job_completes() {
+    let marker = "515151";
+    let mut job = Command::new(hxcomm())
+        .args(["run", "-n", "2", "--tag-output", "--env", "HX_LOG=warn", "--"])
+        .args([hxcomm(), "bench", "stress", "--messages", "500", "--max-size", "1M"])
+        .args(["--seed", marker, "--linger-ms", "3000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = rank_pids(marker, 2, Duration::from_secs(20));
+    let mut ports = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ports.is_empty() && Instant::now() < deadline {
+        ports = pids.iter().flat_map(|&(pid, _)| listening_ports(pid)).collect();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!ports.is_empty(), "no listening port found");
+    for &port in &ports {
+        // Garbage.
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+        }
+        // A well-formed hello with a wrong secret.
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let mut ch = [0u8; hx_wire::CHALLENGE_LEN];
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            if s.read_exact(&mut ch).is_ok() {
+                let hello = hx_wire::Hello { rank: 1, rail: 0, flags: 0, mac: [0x55; 32] };
+                let _ = s.write_all(&hello.to_bytes());
+            }
+        }
+    }
+    let out = job.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("not an hxcomm rail handshake"), "{stderr}");
+    assert!(stderr.contains("wrong job secret"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("received and verified").count(), 2, "{stdout}");
+}

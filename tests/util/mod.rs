@@ -1,0 +1,102 @@
+//! Helpers for end-to-end tests: find rank processes and their listening sockets through /proc.
+
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+pub fn hxcomm() -> &'static str {
+    env!("CARGO_BIN_EXE_hxcomm")
+}
+
+fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+fn env_var(pid: i32, name: &str) -> Option<String> {
+    let b = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    b.split(|&c| c == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")).map(str::to_string))
+}
+
+/// Processes whose command line has `marker` and that are ranks (have HX_RANK): (pid, rank).
+pub fn ranks_with(marker: &str) -> Vec<(i32, u32)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmd = cmdline(pid);
+        if !cmd.contains(marker) || cmd.contains(" run ") {
+            continue;
+        }
+        if let Some(r) = env_var(pid, "HX_RANK").and_then(|r| r.parse().ok()) {
+            out.push((pid, r));
+        }
+    }
+    out.sort_by_key(|&(_, r)| r);
+    out
+}
+
+pub fn rank_pids(marker: &str, n: usize, timeout: Duration) -> Vec<(i32, u32)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let r = ranks_with(marker);
+        if r.len() == n {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "ranks did not start: {r:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn no_process_with(marker: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left: Vec<i32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+            .filter(|&pid| pid != std::process::id() as i32 && cmdline(pid).contains(marker))
+            .collect();
+        if left.is_empty() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            eprintln!("left behind: {left:?}");
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// TCP ports on which process `pid` listens (IPv4).
+pub fn listening_ports(pid: i32) -> Vec<u16> {
+    let mut inodes = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        for e in rd.flatten() {
+            if let Ok(t) = std::fs::read_link(e.path()) {
+                let t = t.to_string_lossy().into_owned();
+                if let Some(i) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
+                    inodes.push(i.to_string());
+                }
+            }
+        }
+    }
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local_address is "IP:PORT" in hex; state 0A is LISTEN; inode is field 9.
+            if f.len() > 9 && f[3] == "0A" && inodes.iter().any(|i| i == f[9]) {
+                u16::from_str_radix(f[1].split(':').nth(1)?, 16).ok()
+            } else {
+                None
+            }
+        })
+        .collect()
+}
