@@ -3,7 +3,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "hxcomm", version, about = "Multi-rail communication layer for commodity clusters")]
+#[command(
+    name = "hxcomm",
+    version,
+    about = "Multi-rail communication layer for commodity clusters"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -16,8 +16,25 @@ fn random_traffic_under_every_policy() {
     for (i, policy) in ["bind", "rr", "stripe", "adaptive"].iter().enumerate() {
         let seed = (100 + i).to_string();
         let out = Command::new(hxcomm())
-            .args(["run", "-n", "4", "--policy", policy, "--env", "HX_LOOPBACK_RAILS=4", "--"])
-            .args([hxcomm(), "bench", "stress", "--messages", "1000", "--max-size", "8M"])
+            .args([
+                "run",
+                "-n",
+                "4",
+                "--policy",
+                policy,
+                "--env",
+                "HX_LOOPBACK_RAILS=4",
+                "--",
+            ])
+            .args([
+                hxcomm(),
+                "bench",
+                "stress",
+                "--messages",
+                "1000",
+                "--max-size",
+                "8M",
+            ])
             .args(["--seed", &seed, "--json"])
             .output()
             .unwrap();
@@ -32,7 +49,12 @@ fn random_traffic_under_every_policy() {
             received += v["received"].as_u64().unwrap();
             for per_peer in v["rail_tx_bytes"].as_array().unwrap() {
                 rails_used = rails_used.max(
-                    per_peer.as_array().unwrap().iter().filter(|b| b.as_u64().unwrap() > 0).count(),
+                    per_peer
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|b| b.as_u64().unwrap() > 0)
+                        .count(),
                 );
             }
         }
@@ -53,7 +75,15 @@ fn killed_rank_ends_the_job() {
     let marker = "424242";
     let mut job = Command::new(hxcomm())
         .args(["run", "-n", "3", "--"])
-        .args([hxcomm(), "bench", "stress", "--messages", "100000000", "--max-size", "64k"])
+        .args([
+            hxcomm(),
+            "bench",
+            "stress",
+            "--messages",
+            "100000000",
+            "--max-size",
+            "64k",
+        ])
         .args(["--seed", marker])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -68,23 +98,49 @@ fn killed_rank_ends_the_job() {
         if let Some(s) = job.try_wait().unwrap() {
             break s;
         }
-        assert!(t.elapsed() < Duration::from_secs(5), "job still running 5 s after the kill");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "job still running 5 s after the kill"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut stderr = String::new();
-    job.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    job.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert!(!status.success());
     assert!(stderr.contains(&format!("rank {victim_rank}")), "{stderr}");
-    assert!(no_process_with(marker, Duration::from_secs(3)), "processes left behind");
+    assert!(
+        no_process_with(marker, Duration::from_secs(3)),
+        "processes left behind"
+    );
 }
 
 /// Connections that do not present the job secret are closed and logged; the job completes.
 #[test]
 fn strangers_are_refused_and_the_job_completes() {
     let marker = "515151";
-    let mut job = Command::new(hxcomm())
-        .args(["run", "-n", "2", "--tag-output", "--env", "HX_LOG=warn", "--"])
-        .args([hxcomm(), "bench", "stress", "--messages", "500", "--max-size", "1M"])
+    let job = Command::new(hxcomm())
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--tag-output",
+            "--env",
+            "HX_LOG=warn",
+            "--",
+        ])
+        .args([
+            hxcomm(),
+            "bench",
+            "stress",
+            "--messages",
+            "500",
+            "--max-size",
+            "1M",
+        ])
         .args(["--seed", marker, "--linger-ms", "3000"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -94,7 +150,10 @@ fn strangers_are_refused_and_the_job_completes() {
     let mut ports = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     while ports.is_empty() && Instant::now() < deadline {
-        ports = pids.iter().flat_map(|&(pid, _)| listening_ports(pid)).collect();
+        ports = pids
+            .iter()
+            .flat_map(|&(pid, _)| listening_ports(pid))
+            .collect();
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!ports.is_empty(), "no listening port found");
@@ -108,7 +167,12 @@ fn strangers_are_refused_and_the_job_completes() {
             let mut ch = [0u8; hx_wire::CHALLENGE_LEN];
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             if s.read_exact(&mut ch).is_ok() {
-                let hello = hx_wire::Hello { rank: 1, rail: 0, flags: 0, mac: [0x55; 32] };
+                let hello = hx_wire::Hello {
+                    rank: 1,
+                    rail: 0,
+                    flags: 0,
+                    mac: [0x55; 32],
+                };
                 let _ = s.write_all(&hello.to_bytes());
             }
         }
@@ -119,5 +183,9 @@ fn strangers_are_refused_and_the_job_completes() {
     assert!(stderr.contains("not an hxcomm rail handshake"), "{stderr}");
     assert!(stderr.contains("wrong job secret"), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.matches("received and verified").count(), 2, "{stdout}");
+    assert_eq!(
+        stdout.matches("received and verified").count(),
+        2,
+        "{stdout}"
+    );
 }
