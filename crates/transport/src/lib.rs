@@ -1,6 +1,7 @@
 //! Transports: how bytes move between two processes on one rail. The engine sees only [`Link`]:
 //! a nonblocking byte stream with a pollable file descriptor. Implementations: TCP
-//! ([`tcp`]), an in-process socket pair for tests ([`pipe`]), and a fault-injecting wrapper
+//! ([`tcp`]), shared memory between processes on one host ([`shm`]), an in-process socket pair
+//! for tests ([`pipe`]), and a fault-injecting wrapper
 //! ([`faulty`]). Setup helpers (device-bound listeners and connections, the authenticated rail
 //! handshake, interface discovery) live here too, since they are about sockets, not protocol.
 
@@ -8,6 +9,7 @@ pub mod faulty;
 pub mod handshake;
 pub mod ifaces;
 pub mod pipe;
+pub mod shm;
 pub mod tcp;
 
 use std::io::{self, IoSlice};
@@ -22,6 +24,19 @@ pub trait Link: Send {
     fn fd(&self) -> RawFd;
     /// For logs: what this link connects.
     fn describe(&self) -> String;
+    /// True if the engine must call read/write on this link each progress round instead of
+    /// relying on epoll alone (shared memory: no syscall on the fast path, so nothing makes
+    /// `fd()` ready while both sides are awake).
+    fn polled(&self) -> bool {
+        false
+    }
+    /// Called before the engine sleeps in epoll. The link arranges for `fd()` to become
+    /// readable when data arrives (or when space frees after a short write). Returns false if
+    /// there is already something to do (data, EOF, room after a short write): the engine must
+    /// not sleep then.
+    fn arm(&mut self) -> bool {
+        true
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -36,5 +51,11 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn polled(&self) -> bool {
+        (**self).polled()
+    }
+    fn arm(&mut self) -> bool {
+        (**self).arm()
     }
 }

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use hx_transport::faulty::{Faults, FaultyLink};
-use hx_transport::{pipe, tcp, Link};
+use hx_transport::{pipe, shm, tcp, Link};
 
 fn pump(a: &mut dyn Link, b: &mut dyn Link, data: &[u8]) -> Vec<u8> {
     let mut got = Vec::with_capacity(data.len());
@@ -83,6 +83,13 @@ fn tcp_conforms() {
 #[test]
 fn pipe_conforms() {
     let (a, b) = pipe::pair("p").unwrap();
+    conformance(Box::new(a), Box::new(b));
+}
+
+#[test]
+fn shm_conforms() {
+    // A ring smaller than the transfer, so wraparound and full-ring WouldBlock are exercised.
+    let (a, b) = shm::pair(1 << 16).unwrap();
     conformance(Box::new(a), Box::new(b));
 }
 

@@ -1,0 +1,550 @@
+//! Shared memory between two processes on one host: a [`Link`] over two single-producer /
+//! single-consumer byte rings in one shared mapping, with no syscall on the fast path.
+//!
+//! # Layout
+//! One memfd (sealed against shrinking, so the peer can never make our mapping fault) holds a
+//! 4 KiB header and two rings of `capacity` bytes (a power of two). Side 0 (the acceptor, which
+//! creates the segment) writes ring 0 and reads ring 1; side 1 (the connector) the reverse. Each
+//! ring has a `head` (bytes ever written, stored only by its producer) and a `tail` (bytes ever
+//! consumed, stored only by its consumer), each on its own 128-byte line. Each side keeps its own
+//! index in private memory and only *reads* the peer's index from the mapping, so a buggy or
+//! hostile peer can at worst make us see an impossible distance (reported as `InvalidData`) or
+//! garbage bytes; every offset is masked by `capacity - 1` and copies never leave the mapping.
+//!
+//! # Waking without burning a core
+//! While both sides are awake the engine calls `read`/`write_vectored` every progress round
+//! ([`Link::polled`]). Before it sleeps it calls [`Link::arm`]: the side drains its eventfd, sets
+//! its `sleeping` flag, fences, and re-checks the rings (a Dekker handshake: the peer stores its
+//! index, fences, then loads our flag, so either we see its bytes or it sees our flag). A peer that
+//! finds the flag set after producing bytes *or* freeing space clears it and writes our eventfd —
+//! one eventfd per side serves both "data for you" and "room for you". While nobody sleeps, nobody
+//! makes a syscall.
+//!
+//! # Close and death
+//! Dropping a link sets its `closed` flag and signals the peer: the peer reads what is left, then
+//! `Ok(0)`; its writes fail with `BrokenPipe`. Links made by [`listen`]/[`connect`] also keep the
+//! setup Unix socket open; `fd()` is then a small epoll set of the eventfd and that socket, so a
+//! peer killed without an orderly close wakes us (socket hang-up), `arm` notices it, and `read`
+//! reports `ConnectionReset` once the ring is drained.
+
+mod setup;
+#[cfg(test)]
+mod tests;
+
+pub use setup::{connect, listen, PeerHello, ShmListener};
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use crate::Link;
+
+/// Default bytes per direction.
+pub const DEFAULT_CAPACITY: usize = 1 << 20;
+/// Smallest and largest ring accepted (per direction).
+pub const MIN_CAPACITY: usize = 4096;
+pub const MAX_CAPACITY: usize = 1 << 30;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"HXSHMv01");
+const HDR: usize = 4096;
+const LINE: usize = 128;
+const OFF_MAGIC: usize = 0;
+const OFF_CAP: usize = 8;
+/// `sleeping[side]` at `OFF_SLEEP + 8 * side`: set by `side` in `arm`, cleared by whoever wakes it.
+const OFF_SLEEP: usize = 5 * LINE;
+/// `closed[side]` at `OFF_CLOSED + 8 * side`: set once by `side` when it drops its link.
+const OFF_CLOSED: usize = 6 * LINE;
+
+const fn off_head(ring: usize) -> usize {
+    LINE * (1 + 2 * ring)
+}
+const fn off_tail(ring: usize) -> usize {
+    LINE * (2 + 2 * ring)
+}
+
+fn check_capacity(cap: usize) -> io::Result<()> {
+    if cap.is_power_of_two() && (MIN_CAPACITY..=MAX_CAPACITY).contains(&cap) {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "shm ring capacity {cap}: need a power of two in {MIN_CAPACITY}..={MAX_CAPACITY}"
+            ),
+        ))
+    }
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A shared mapping of a whole segment; unmapped on drop.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapping {
+    fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh mapping chosen by the kernel (addr null), of a file we checked is at
+        // least `len` bytes and sealed against shrinking; nothing else is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+        })
+    }
+
+    /// A header word. Only called with the constant offsets above (all < HDR, 8-aligned).
+    fn word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= HDR && HDR <= self.len);
+        // SAFETY: in bounds of the live mapping (page aligned, so 8-aligned plus an 8-aligned
+        // offset is aligned); AtomicU64 has the layout of u64 and every bit pattern is valid.
+        // The peer process accesses these words only atomically too.
+        unsafe { &*(self.ptr.as_ptr().add(off) as *const AtomicU64) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the region returned by mmap; no references into it outlive `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Creates a sealed, zeroed segment for two rings of `cap` bytes and writes its header.
+fn create_segment(cap: usize) -> io::Result<(OwnedFd, Mapping)> {
+    check_capacity(cap)?;
+    let len = HDR + 2 * cap;
+    // SAFETY: the name is a valid C string; the returned fd is new and owned by us.
+    let fd = unsafe {
+        let r = cvt(libc::memfd_create(
+            c"hxcomm-shm".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        ))?;
+        OwnedFd::from_raw_fd(r)
+    };
+    // SAFETY: plain syscalls on an fd we own.
+    unsafe {
+        cvt(libc::ftruncate(fd.as_raw_fd(), len as libc::off_t))?;
+        cvt(libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        ))?;
+    }
+    let map = Mapping::map(&fd, len)?;
+    map.word(OFF_CAP).store(cap as u64, Ordering::Relaxed);
+    map.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
+    Ok((fd, map))
+}
+
+/// Maps a segment received from a peer, checking everything before trusting it: sealed against
+/// shrinking (so accesses can never fault), magic, a sane capacity matching the file size.
+fn open_segment(fd: &OwnedFd) -> io::Result<(Mapping, usize)> {
+    let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("shm segment: {m}"));
+    // SAFETY: fcntl/fstat on an fd we own, into a zeroed stat buffer.
+    let (seals, size) = unsafe {
+        let seals = cvt(libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))?;
+        let mut st: libc::stat = std::mem::zeroed();
+        cvt(libc::fstat(fd.as_raw_fd(), &mut st))?;
+        (seals, st.st_size)
+    };
+    if seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(bad("not sealed against shrinking".into()));
+    }
+    let size = usize::try_from(size).map_err(|_| bad("negative size".into()))?;
+    if !(HDR + 2 * MIN_CAPACITY..=HDR + 2 * MAX_CAPACITY).contains(&size) {
+        return Err(bad(format!("size {size}")));
+    }
+    let map = Mapping::map(fd, size)?;
+    if map.word(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
+        return Err(bad("bad magic".into()));
+    }
+    let cap = map.word(OFF_CAP).load(Ordering::Relaxed);
+    let cap = usize::try_from(cap).map_err(|_| bad(format!("capacity {cap}")))?;
+    check_capacity(cap).map_err(|e| bad(e.to_string()))?;
+    if HDR + 2 * cap != size {
+        return Err(bad(format!("capacity {cap} does not match size {size}")));
+    }
+    Ok((map, cap))
+}
+
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: returns a new fd that we own.
+    unsafe {
+        let r = cvt(libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC))?;
+        Ok(OwnedFd::from_raw_fd(r))
+    }
+}
+
+fn signal(fd: RawFd) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a live u64. EAGAIN (counter saturated) is fine: the fd is
+    // readable then anyway.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+fn drain(fd: RawFd) {
+    let mut v = 0u64;
+    // SAFETY: reads at most 8 bytes into a live u64; the eventfd is nonblocking.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+/// One end of a shared-memory link.
+pub struct ShmLink {
+    map: Mapping,
+    /// 0 = creator (acceptor), 1 = connector. Writes ring `side`, reads ring `1 - side`.
+    side: usize,
+    cap: u64,
+    /// Start of the ring we write and the ring we read (inside `map`).
+    tx: *mut u8,
+    rx: *const u8,
+    /// Our own indices (authoritative, never read back from shared memory) and our last view
+    /// of the peer's (re-read only when the cached one is not enough).
+    tx_head: u64,
+    tx_tail_seen: u64,
+    rx_tail: u64,
+    rx_head_seen: u64,
+    /// The last write could not take everything: `arm` must also wake us for room.
+    write_blocked: bool,
+    /// The setup socket hung up without the peer setting `closed` (process killed).
+    peer_dead: bool,
+    my_efd: OwnedFd,
+    peer_efd: OwnedFd,
+    sock: Option<UnixStream>,
+    /// epoll set {my_efd, sock} when there is a socket; `fd()` returns it.
+    poll_set: Option<OwnedFd>,
+    label: String,
+}
+
+// SAFETY: the raw pointers point into `map`, which this struct owns; all access goes through
+// `&mut self` (or `&self` for atomics only), so moving the link to another thread is sound.
+unsafe impl Send for ShmLink {}
+
+impl ShmLink {
+    fn new(
+        map: Mapping,
+        cap: usize,
+        side: usize,
+        my_efd: OwnedFd,
+        peer_efd: OwnedFd,
+        sock: Option<UnixStream>,
+        label: String,
+    ) -> io::Result<ShmLink> {
+        debug_assert!(side < 2 && HDR + 2 * cap <= map.len);
+        let base = map.ptr.as_ptr();
+        // SAFETY: both ring starts are inside the mapping (HDR + 2 * cap <= len).
+        let (tx, rx) = unsafe { (base.add(HDR + side * cap), base.add(HDR + (1 - side) * cap)) };
+        let poll_set = match &sock {
+            None => None,
+            Some(s) => {
+                s.set_nonblocking(true)?;
+                // SAFETY: creates a new fd we own; then epoll_ctl on fds we own, with a valid
+                // event struct.
+                unsafe {
+                    let ep = OwnedFd::from_raw_fd(cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?);
+                    for (fd, ev) in [
+                        (my_efd.as_raw_fd(), libc::EPOLLIN),
+                        (s.as_raw_fd(), libc::EPOLLIN | libc::EPOLLRDHUP),
+                    ] {
+                        let mut e = libc::epoll_event {
+                            events: ev as u32,
+                            u64: fd as u64,
+                        };
+                        cvt(libc::epoll_ctl(
+                            ep.as_raw_fd(),
+                            libc::EPOLL_CTL_ADD,
+                            fd,
+                            &mut e,
+                        ))?;
+                    }
+                    Some(ep)
+                }
+            }
+        };
+        let link = ShmLink {
+            map,
+            side,
+            cap: cap as u64,
+            tx,
+            rx,
+            tx_head: 0,
+            tx_tail_seen: 0,
+            rx_tail: 0,
+            rx_head_seen: 0,
+            write_blocked: false,
+            peer_dead: false,
+            my_efd,
+            peer_efd,
+            sock,
+            poll_set,
+            label,
+        };
+        // Our own indices start at zero; the peer must not have touched them.
+        if link.map.word(off_head(side)).load(Ordering::Relaxed) != 0
+            || link.map.word(off_tail(1 - side)).load(Ordering::Relaxed) != 0
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "shm segment: our ring indices are not zero at setup",
+            ));
+        }
+        Ok(link)
+    }
+
+    /// Bytes per direction.
+    pub fn capacity(&self) -> usize {
+        self.cap as usize
+    }
+
+    fn peer(&self) -> usize {
+        1 - self.side
+    }
+
+    fn corrupt(&self, what: &str, seen: u64, mine: u64) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: corrupt shared ring: peer's {what} {seen} vs our {mine} (capacity {})",
+                self.label, self.cap
+            ),
+        )
+    }
+
+    /// Bytes readable now, re-reading the peer's head only if the cached view shows none.
+    fn readable(&mut self) -> io::Result<u64> {
+        let avail = self.rx_head_seen.wrapping_sub(self.rx_tail);
+        if avail != 0 {
+            return Ok(avail);
+        }
+        let head = self.map.word(off_head(self.peer())).load(Ordering::Acquire);
+        let avail = head.wrapping_sub(self.rx_tail);
+        if avail > self.cap {
+            return Err(self.corrupt("head", head, self.rx_tail));
+        }
+        self.rx_head_seen = head;
+        Ok(avail)
+    }
+
+    /// Free bytes in our ring, re-reading the peer's tail only if the cached view shows fewer
+    /// than `want`.
+    fn writable(&mut self, want: u64) -> io::Result<u64> {
+        let free = self.cap - self.tx_head.wrapping_sub(self.tx_tail_seen);
+        if free >= want {
+            return Ok(free);
+        }
+        let tail = self.map.word(off_tail(self.side)).load(Ordering::Acquire);
+        let used = self.tx_head.wrapping_sub(tail);
+        if used > self.cap {
+            return Err(self.corrupt("tail", tail, self.tx_head));
+        }
+        self.tx_tail_seen = tail;
+        Ok(self.cap - used)
+    }
+
+    /// After publishing an index: wake the peer if it is asleep (Dekker with its `arm`).
+    #[inline]
+    fn wake_peer(&self) {
+        fence(Ordering::SeqCst);
+        let flag = self.map.word(OFF_SLEEP + 8 * self.peer());
+        if flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::AcqRel) != 0 {
+            signal(self.peer_efd.as_raw_fd());
+        }
+    }
+
+    fn peer_closed(&self) -> bool {
+        self.map
+            .word(OFF_CLOSED + 8 * self.peer())
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    /// Checks the setup socket (sleep path only): EOF or stray bytes mean the peer is gone.
+    fn check_socket(&mut self) {
+        let Some(s) = &self.sock else { return };
+        let mut b = 0u8;
+        // SAFETY: peeks at most one byte into a live u8, nonblocking.
+        let r = unsafe {
+            libc::recv(
+                s.as_raw_fd(),
+                (&mut b as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if r >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+            self.peer_dead = true;
+        }
+    }
+}
+
+impl Link for ShmLink {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // We are awake: nobody needs to signal us (saves the peer a syscall).
+        let me = self.map.word(OFF_SLEEP + 8 * self.side);
+        if me.load(Ordering::Relaxed) != 0 {
+            me.store(0, Ordering::Relaxed);
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut avail = self.readable()?;
+        if avail == 0 {
+            if self.peer_closed() {
+                // The peer published everything before setting `closed`: look once more.
+                avail = self.readable()?;
+                if avail == 0 {
+                    return Ok(0);
+                }
+            } else if self.peer_dead {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    format!("{}: peer process gone without closing", self.label),
+                ));
+            } else {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
+        let n = (avail as usize).min(buf.len());
+        let off = (self.rx_tail & (self.cap - 1)) as usize;
+        let first = n.min(self.cap as usize - off);
+        // SAFETY: off < cap and first <= cap - off, so [off, off + first) is inside the rx ring;
+        // the rest (n - first <= off, since n <= cap) starts at the ring's beginning. `buf` is
+        // ours and does not overlap the mapping. The peer does not write these bytes until we
+        // advance the tail (if it does anyway, we read garbage bytes, never out of bounds).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.rx.add(off), buf.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(self.rx, buf.as_mut_ptr().add(first), n - first);
+        }
+        self.rx_tail = self.rx_tail.wrapping_add(n as u64);
+        self.map
+            .word(off_tail(self.peer()))
+            .store(self.rx_tail, Ordering::Release);
+        self.wake_peer();
+        Ok(n)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if self.peer_closed() || self.peer_dead {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                format!("{}: peer closed", self.label),
+            ));
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
+            return Ok(0);
+        }
+        let free = self.writable(total as u64)?;
+        if free == 0 {
+            self.write_blocked = true;
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let limit = total.min(free as usize);
+        let cap = self.cap as usize;
+        let mut pos = self.tx_head;
+        let mut left = limit;
+        for b in bufs {
+            if left == 0 {
+                break;
+            }
+            let take = b.len().min(left);
+            let off = (pos & (self.cap - 1)) as usize;
+            let first = take.min(cap - off);
+            // SAFETY: as in `read`: [off, off + first) and [0, take - first) lie inside the tx
+            // ring (take <= free <= cap); the source is the caller's slice, disjoint from the
+            // mapping. The peer does not read these bytes until we publish the head.
+            unsafe {
+                std::ptr::copy_nonoverlapping(b.as_ptr(), self.tx.add(off), first);
+                std::ptr::copy_nonoverlapping(b.as_ptr().add(first), self.tx, take - first);
+            }
+            pos = pos.wrapping_add(take as u64);
+            left -= take;
+        }
+        self.tx_head = pos;
+        self.map
+            .word(off_head(self.side))
+            .store(self.tx_head, Ordering::Release);
+        self.wake_peer();
+        self.write_blocked = limit < total;
+        Ok(limit)
+    }
+
+    fn fd(&self) -> RawFd {
+        match &self.poll_set {
+            Some(ep) => ep.as_raw_fd(),
+            None => self.my_efd.as_raw_fd(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.label.clone()
+    }
+
+    fn polled(&self) -> bool {
+        true
+    }
+
+    fn arm(&mut self) -> bool {
+        drain(self.my_efd.as_raw_fd());
+        self.check_socket();
+        if self.peer_dead {
+            return false;
+        }
+        let me = self.map.word(OFF_SLEEP + 8 * self.side);
+        me.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let busy = match self.readable() {
+            Ok(n) => n > 0 || self.peer_closed(),
+            Err(_) => true, // let read report it
+        } || (self.write_blocked && !matches!(self.writable(1), Ok(0)));
+        if busy {
+            self.map
+                .word(OFF_SLEEP + 8 * self.side)
+                .store(0, Ordering::Relaxed);
+        }
+        !busy
+    }
+}
+
+impl Drop for ShmLink {
+    fn drop(&mut self) {
+        self.map
+            .word(OFF_CLOSED + 8 * self.side)
+            .store(1, Ordering::SeqCst);
+        signal(self.peer_efd.as_raw_fd());
+    }
+}
+
+/// Two connected links in one process (tests, and threads of one rank if ever needed). Each end
+/// has its own mapping of one segment, as two processes would.
+pub fn pair(capacity: usize) -> io::Result<(ShmLink, ShmLink)> {
+    let (fd, map0) = create_segment(capacity)?;
+    let (map1, cap) = open_segment(&fd)?;
+    let (e0, e1) = (eventfd()?, eventfd()?);
+    let (e0b, e1b) = (e0.try_clone()?, e1.try_clone()?);
+    Ok((
+        ShmLink::new(map0, cap, 0, e0, e1b, None, "shm/a".into())?,
+        ShmLink::new(map1, cap, 1, e1, e0b, None, "shm/b".into())?,
+    ))
+}

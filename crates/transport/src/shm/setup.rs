@@ -1,0 +1,367 @@
+//! Setting up a shared-memory link between two processes over an abstract Unix socket (Linux
+//! abstract namespace: no file exists, so nothing is left behind when a process is killed; the
+//! namespace is per network namespace, which is "one host" on the testbed).
+//!
+//! Handshake, mutual, and the secret never crosses the socket:
+//! 1. acceptor -> connector: `"HXSc"`, version u32, nonce_a\[16\]                         (24 B)
+//! 2. connector -> acceptor: `"HXSh"`, rank u32, index u32, nonce_c\[16\],
+//!    HMAC(secret, "hxcomm shm hello v1" | nonce_a | rank | index | nonce_c)              (60 B)
+//! 3. acceptor checks the HMAC (constant time); on failure it hangs up. Otherwise it creates the
+//!    segment and both eventfds and sends `"HXSr"`, capacity u64,
+//!    HMAC(secret, "hxcomm shm ready v1" | nonce_a | nonce_c | rank | index | capacity)   (44 B)
+//!    with SCM_RIGHTS \[memfd, acceptor's eventfd, connector's eventfd\].
+//! 4. the connector checks that HMAC (so a squatter on the name cannot feed it a segment), then
+//!    the segment itself (sealed, magic, sizes) before mapping it.
+//!
+//! Integers are little-endian. The socket stays open for the life of the link: its hang-up is
+//! how a killed peer is noticed.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use hx_bootstrap::{ct_eq, fill_random, hmac_sha256, Secret};
+
+use super::{check_capacity, create_segment, eventfd, open_segment, ShmLink, DEFAULT_CAPACITY};
+
+const CH_MAGIC: [u8; 4] = *b"HXSc";
+const HELLO_MAGIC: [u8; 4] = *b"HXSh";
+const READY_MAGIC: [u8; 4] = *b"HXSr";
+const VERSION: u32 = 1;
+const CH_LEN: usize = 24;
+const HELLO_LEN: usize = 60;
+const READY_LEN: usize = 44;
+const NFDS: usize = 3;
+
+/// Who connected: the connector's rank and its link index (as passed to [`connect`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerHello {
+    pub rank: u32,
+    pub index: u32,
+}
+
+/// Accepts shared-memory links on an abstract Unix socket name.
+pub struct ShmListener {
+    l: UnixListener,
+    name: String,
+    capacity: usize,
+}
+
+/// Listens on the abstract name `name` (no leading NUL; at most 107 bytes). Fails with
+/// `AddrInUse` if someone in this network namespace already listens there.
+pub fn listen(name: &str) -> io::Result<ShmListener> {
+    let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
+    let l = UnixListener::bind_addr(&addr)
+        .map_err(|e| io::Error::new(e.kind(), format!("shm listen @{name}: {e}")))?;
+    Ok(ShmListener {
+        l,
+        name: name.into(),
+        capacity: DEFAULT_CAPACITY,
+    })
+}
+
+fn hello_mac(secret: &Secret, na: &[u8], rank: u32, index: u32, nc: &[u8]) -> [u8; 32] {
+    hmac_sha256(
+        secret,
+        &[
+            b"hxcomm shm hello v1",
+            na,
+            &rank.to_le_bytes(),
+            &index.to_le_bytes(),
+            nc,
+        ],
+    )
+}
+
+fn ready_mac(secret: &Secret, na: &[u8], nc: &[u8], rank: u32, index: u32, cap: u64) -> [u8; 32] {
+    hmac_sha256(
+        secret,
+        &[
+            b"hxcomm shm ready v1",
+            na,
+            nc,
+            &rank.to_le_bytes(),
+            &index.to_le_bytes(),
+            &cap.to_le_bytes(),
+        ],
+    )
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn ctx<'a>(what: &'static str, name: &'a str) -> impl Fn(io::Error) -> io::Error + 'a {
+    move |e| io::Error::new(e.kind(), format!("shm @{name}: {what}: {e}"))
+}
+
+fn denied(name: &str, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("shm @{name}: {why}"),
+    )
+}
+
+impl ShmListener {
+    /// Ring capacity (bytes per direction, a power of two) of links accepted from now on.
+    pub fn set_capacity(&mut self, capacity: usize) -> io::Result<()> {
+        check_capacity(capacity)?;
+        self.capacity = capacity;
+        Ok(())
+    }
+
+    /// With `true`, `accept` returns `WouldBlock` when nobody is waiting (poll `as_raw_fd()`
+    /// for readability). The handshake itself is always blocking, bounded by its timeout.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.l.set_nonblocking(nonblocking)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Accepts one connection and runs the handshake (bounded by `timeout`). A stranger or a
+    /// wrong secret gives `PermissionDenied` (and nothing is created); keep accepting then.
+    pub fn accept(&self, secret: &Secret, timeout: Duration) -> io::Result<(ShmLink, PeerHello)> {
+        let (s, _) = self.l.accept()?;
+        self.handshake(s, secret, timeout)
+    }
+
+    fn handshake(
+        &self,
+        mut s: UnixStream,
+        secret: &Secret,
+        timeout: Duration,
+    ) -> io::Result<(ShmLink, PeerHello)> {
+        let name = self.name.as_str();
+        s.set_nonblocking(false)?;
+        s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        s.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        let mut na = [0u8; 16];
+        fill_random(&mut na)?;
+        let mut ch = [0u8; CH_LEN];
+        ch[..4].copy_from_slice(&CH_MAGIC);
+        ch[4..8].copy_from_slice(&VERSION.to_le_bytes());
+        ch[8..].copy_from_slice(&na);
+        s.write_all(&ch).map_err(ctx("sending challenge", name))?;
+        let mut h = [0u8; HELLO_LEN];
+        s.read_exact(&mut h).map_err(ctx("reading hello", name))?;
+        if h[..4] != HELLO_MAGIC {
+            return Err(denied(name, "not an hxcomm shm hello"));
+        }
+        let (rank, index) = (u32_at(&h, 4), u32_at(&h, 8));
+        let nc = &h[12..28];
+        if !ct_eq(&h[28..60], &hello_mac(secret, &na, rank, index, nc)) {
+            return Err(denied(
+                name,
+                &format!("hello from 'rank {rank}' fails authentication (wrong job secret?)"),
+            ));
+        }
+        let (memfd, map) = create_segment(self.capacity)?;
+        let (mine, theirs) = (eventfd()?, eventfd()?);
+        let cap = self.capacity as u64;
+        let mut r = [0u8; READY_LEN];
+        r[..4].copy_from_slice(&READY_MAGIC);
+        r[4..12].copy_from_slice(&cap.to_le_bytes());
+        r[12..].copy_from_slice(&ready_mac(secret, &na, nc, rank, index, cap));
+        send_fds(
+            &s,
+            &r,
+            &[memfd.as_raw_fd(), mine.as_raw_fd(), theirs.as_raw_fd()],
+        )
+        .map_err(ctx("sending segment", name))?;
+        let label = format!("shm @{name} <- rank {rank}.{index}");
+        let link = ShmLink::new(map, self.capacity, 0, mine, theirs, Some(s), label)?;
+        Ok((link, PeerHello { rank, index }))
+    }
+}
+
+impl AsRawFd for ShmListener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.l.as_raw_fd()
+    }
+}
+
+/// Connects to the listener on abstract name `name` as `rank` (link `index`), retrying while
+/// nobody listens yet, all within `timeout`.
+pub fn connect(
+    name: &str,
+    secret: &Secret,
+    rank: u32,
+    index: u32,
+    timeout: Duration,
+) -> io::Result<ShmLink> {
+    let deadline = Instant::now() + timeout;
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    };
+    let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
+    let mut s = loop {
+        match UnixStream::connect_addr(&addr) {
+            Ok(s) => break s,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+                ) && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(ctx("connecting", name)(e)),
+        }
+    };
+    s.set_read_timeout(Some(left()))?;
+    s.set_write_timeout(Some(left()))?;
+    let mut ch = [0u8; CH_LEN];
+    s.read_exact(&mut ch)
+        .map_err(ctx("reading challenge", name))?;
+    if ch[..4] != CH_MAGIC || u32_at(&ch, 4) != VERSION {
+        return Err(denied(
+            name,
+            "not an hxcomm shm listener (or another version)",
+        ));
+    }
+    let na = &ch[8..24];
+    let mut nc = [0u8; 16];
+    fill_random(&mut nc)?;
+    let mut h = [0u8; HELLO_LEN];
+    h[..4].copy_from_slice(&HELLO_MAGIC);
+    h[4..8].copy_from_slice(&rank.to_le_bytes());
+    h[8..12].copy_from_slice(&index.to_le_bytes());
+    h[12..28].copy_from_slice(&nc);
+    h[28..].copy_from_slice(&hello_mac(secret, na, rank, index, &nc));
+    s.write_all(&h).map_err(ctx("sending hello", name))?;
+    s.set_read_timeout(Some(left()))?;
+    let mut r = [0u8; READY_LEN];
+    let (got, fds) = recv_fds(&s, &mut r).map_err(ctx("reading segment", name))?;
+    if got == 0 {
+        return Err(denied(
+            name,
+            "listener hung up on our hello (wrong job secret?)",
+        ));
+    }
+    s.read_exact(&mut r[got..])
+        .map_err(ctx("reading segment", name))?;
+    let cap = u64::from_le_bytes(r[4..12].try_into().expect("8 bytes"));
+    if r[..4] != READY_MAGIC || !ct_eq(&r[12..], &ready_mac(secret, na, &nc, rank, index, cap)) {
+        return Err(denied(
+            name,
+            "listener fails authentication (wrong job secret?)",
+        ));
+    }
+    let [memfd, theirs, mine]: [OwnedFd; NFDS] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("shm @{name}: got {} descriptors, want {NFDS}", v.len()),
+        )
+    })?;
+    let (map, cap2) = open_segment(&memfd)?;
+    if cap2 as u64 != cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("shm @{name}: segment capacity {cap2}, announced {cap}"),
+        ));
+    }
+    let label = format!("shm @{name} -> as rank {rank}.{index}");
+    ShmLink::new(map, cap2, 1, mine, theirs, Some(s), label)
+}
+
+/// Control buffer for up to 4 descriptors, aligned for `cmsghdr`.
+#[repr(C, align(8))]
+struct Cmsg([u8; 64]);
+
+/// Sends `data` with `fds` attached (SCM_RIGHTS) on a blocking socket.
+fn send_fds(s: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let fd_bytes = std::mem::size_of_val(fds);
+    let mut cbuf = Cmsg([0; 64]);
+    // SAFETY: CMSG_SPACE is a pure computation; the msghdr points at live locals (`data`,
+    // `iov`, `cbuf`) for the duration of the call; the cmsg header and its data lie inside
+    // `cbuf` (space <= 64 checked); the fd array is copied bytewise (no alignment assumed).
+    let sent = unsafe {
+        let space = libc::CMSG_SPACE(fd_bytes as u32) as usize;
+        assert!(space <= cbuf.0.len() && !data.is_empty());
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        let mut mh: libc::msghdr = std::mem::zeroed();
+        mh.msg_iov = &mut iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf.0.as_mut_ptr().cast();
+        mh.msg_controllen = space as _;
+        let c = libc::CMSG_FIRSTHDR(&mh);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), fd_bytes);
+        loop {
+            let r = libc::sendmsg(s.as_raw_fd(), &mh, libc::MSG_NOSIGNAL);
+            if r >= 0 {
+                break r as usize;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    };
+    // The descriptors travelled with the first byte; the rest is plain data.
+    let mut s = s;
+    s.write_all(&data[sent..])
+}
+
+/// Receives into `buf` and takes ownership of any descriptors that came along. Returns the
+/// bytes read (0 = peer hung up) and the descriptors.
+fn recv_fds(s: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut cbuf = Cmsg([0; 64]);
+    let mut fds = Vec::new();
+    // SAFETY: the msghdr points at live locals for the call. The kernel writes at most
+    // `msg_controllen` bytes of control data; CMSG_FIRSTHDR/NXTHDR walk only inside it, and
+    // each SCM_RIGHTS payload is read unaligned within its cmsg_len. Each received descriptor
+    // is new and ours, so wrapping it in OwnedFd (closing it if we bail out) is correct.
+    unsafe {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut mh: libc::msghdr = std::mem::zeroed();
+        mh.msg_iov = &mut iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf.0.as_mut_ptr().cast();
+        mh.msg_controllen = cbuf.0.len() as _;
+        let n = loop {
+            let r = libc::recvmsg(s.as_raw_fd(), &mut mh, libc::MSG_CMSG_CLOEXEC);
+            if r >= 0 {
+                break r as usize;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Err(io::ErrorKind::TimedOut.into()),
+                _ => return Err(e),
+            }
+        };
+        let mut c = libc::CMSG_FIRSTHDR(&mh);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let payload = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..payload / std::mem::size_of::<RawFd>() {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&mh, c);
+        }
+        if mh.msg_flags & libc::MSG_CTRUNC != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "too many descriptors attached",
+            ));
+        }
+        Ok((n, fds))
+    }
+}

@@ -1,0 +1,266 @@
+use std::io::{ErrorKind, IoSlice};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn poll_in(fd: RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    r == 1
+}
+
+/// Small xorshift so the test has no extra dependency.
+fn rng(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+#[test]
+fn wraparound_with_odd_sizes() {
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i ^ (i >> 9)) as u8).collect();
+    let mut got = Vec::new();
+    let mut sent = 0;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut buf = vec![0u8; 5000];
+    while got.len() < data.len() {
+        if sent < data.len() {
+            // Up to three slices of odd lengths, some longer than the ring.
+            let mut bufs = Vec::new();
+            let mut at = sent;
+            for _ in 0..3 {
+                let len = (rng(&mut seed) % 5003) as usize;
+                let end = (at + len).min(data.len());
+                bufs.push(IoSlice::new(&data[at..end]));
+                at = end;
+            }
+            match a.write_vectored(&bufs) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let want = 1 + (rng(&mut seed) % 4999) as usize;
+        match b.read(&mut buf[..want]) {
+            Ok(0) => panic!("EOF"),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(got, data);
+    assert!(a.tx_head > 40 * MIN_CAPACITY as u64, "wrapped many times");
+}
+
+#[test]
+fn full_ring_would_block_and_exact_fill() {
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let big = vec![7u8; MIN_CAPACITY + 100];
+    assert_eq!(
+        a.write_vectored(&[IoSlice::new(&big)]).unwrap(),
+        MIN_CAPACITY
+    );
+    let e = a.write_vectored(&[IoSlice::new(&big)]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WouldBlock);
+    let mut buf = vec![0u8; 3];
+    assert_eq!(b.read(&mut buf).unwrap(), 3);
+    assert_eq!(a.write_vectored(&[IoSlice::new(&big)]).unwrap(), 3);
+    assert_eq!(a.write_vectored(&[]).unwrap(), 0);
+}
+
+#[test]
+fn arm_then_poll_is_woken_by_write() {
+    let (mut a, mut b) = pair(DEFAULT_CAPACITY).unwrap();
+    assert!(b.polled());
+    // Nothing there: arm says "sleep", and the fd is not readable.
+    assert!(b.arm());
+    assert!(!poll_in(b.fd(), 0));
+    let t = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        assert!(poll_in(b.fd(), 10_000), "not woken");
+        let waited = t0.elapsed();
+        let mut buf = [0u8; 8];
+        assert_eq!(b.read(&mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"hello");
+        // Re-arming drains the eventfd: no busy wakeups afterwards.
+        assert!(b.arm());
+        assert!(!poll_in(b.fd(), 20));
+        (b, waited)
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    a.write_vectored(&[IoSlice::new(b"hello")]).unwrap();
+    let (mut b, waited) = t.join().unwrap();
+    assert!(waited >= Duration::from_millis(30), "woke too early");
+    // While the reader is awake, writes do not signal (no syscall on the fast path).
+    b.read(&mut [0u8; 1]).unwrap_err();
+    a.write_vectored(&[IoSlice::new(b"x")]).unwrap();
+    assert!(!poll_in(b.fd(), 0));
+    // Data already there: arm refuses to sleep.
+    assert!(!b.arm());
+    assert_eq!(b.read(&mut [0u8; 4]).unwrap(), 1);
+}
+
+#[test]
+fn writer_waiting_for_room_is_woken() {
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let big = vec![1u8; 2 * MIN_CAPACITY];
+    assert_eq!(
+        a.write_vectored(&[IoSlice::new(&big)]).unwrap(),
+        MIN_CAPACITY
+    );
+    assert!(a.arm(), "ring full, nothing to read: sleep");
+    assert!(!poll_in(a.fd(), 0));
+    let mut buf = vec![0u8; 100];
+    assert_eq!(b.read(&mut buf).unwrap(), 100);
+    assert!(poll_in(a.fd(), 1000), "writer not told about room");
+    assert!(!a.arm(), "room now");
+    assert_eq!(a.write_vectored(&[IoSlice::new(&big)]).unwrap(), 100);
+}
+
+#[test]
+fn close_gives_eof_after_drain_and_broken_pipe() {
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    assert!(b.arm());
+    a.write_vectored(&[IoSlice::new(b"tail bytes")]).unwrap();
+    assert!(poll_in(b.fd(), 1000), "write not signalled");
+    assert!(!b.arm());
+    b.read(&mut []).unwrap();
+    assert!(!b.arm(), "still data");
+    drop(a);
+    assert!(poll_in(b.fd(), 1000), "close not signalled");
+    assert!(!b.arm());
+    let mut buf = [0u8; 4];
+    assert_eq!(b.read(&mut buf).unwrap(), 4);
+    assert_eq!(b.read(&mut buf).unwrap(), 4);
+    assert_eq!(b.read(&mut buf).unwrap(), 2);
+    assert_eq!(b.read(&mut buf).unwrap(), 0);
+    assert_eq!(
+        b.write_vectored(&[IoSlice::new(b"x")]).unwrap_err().kind(),
+        ErrorKind::BrokenPipe
+    );
+}
+
+#[test]
+fn corrupt_indices_are_errors() {
+    let (a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let cap = MIN_CAPACITY as u64;
+    // The peer claims more bytes than the ring holds.
+    a.map.word(off_head(0)).store(cap + 1, Ordering::Release);
+    let e = b.read(&mut [0u8; 16]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+    assert!(!b.arm(), "arm leaves the error to read");
+    // A head behind our tail (wraps to a huge distance).
+    a.map
+        .word(off_head(0))
+        .store(u64::MAX - 3, Ordering::Release);
+    assert_eq!(
+        b.read(&mut [0u8; 16]).unwrap_err().kind(),
+        ErrorKind::InvalidData
+    );
+    // The reader claims to have consumed bytes never written.
+    b.map.word(off_tail(1)).store(5, Ordering::Release);
+    let e = b
+        .write_vectored(&[IoSlice::new(&[0u8; 10_000])])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+    // Any in-range garbage is just bytes.
+    a.map.word(off_head(0)).store(cap, Ordering::Release);
+    assert_eq!(
+        b.read(&mut vec![0u8; 2 * MIN_CAPACITY]).unwrap(),
+        MIN_CAPACITY
+    );
+}
+
+#[test]
+fn segment_checks() {
+    assert!(pair(3000).is_err());
+    assert!(pair(MAX_CAPACITY * 2).is_err());
+    // Unsealed or wrong-sized files are refused.
+    // SAFETY: new fd we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC)) };
+    // SAFETY: plain syscall on our fd.
+    unsafe { libc::ftruncate(fd.as_raw_fd(), (HDR + 2 * MIN_CAPACITY) as i64) };
+    let e = open_segment(&fd).err().unwrap();
+    assert!(e.to_string().contains("sealed"), "{e}");
+    let (fd, map) = create_segment(MIN_CAPACITY).unwrap();
+    map.word(OFF_CAP)
+        .store(2 * MIN_CAPACITY as u64, Ordering::Relaxed);
+    let e = open_segment(&fd).err().unwrap();
+    assert!(e.to_string().contains("does not match"), "{e}");
+    map.word(OFF_MAGIC).store(1, Ordering::Relaxed);
+    let e = open_segment(&fd).err().unwrap();
+    assert!(e.to_string().contains("magic"), "{e}");
+    // SAFETY: plain syscall; the seal must refuse it.
+    let r = unsafe { libc::ftruncate(fd.as_raw_fd(), 100) };
+    assert_eq!(r, -1, "shrinking a sealed segment must fail");
+}
+
+#[test]
+fn threads_stream_both_ways() {
+    let (mut a, mut b) = pair(1 << 16).unwrap();
+    let n = 20_000_000usize;
+    let t = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 15];
+        let mut got = 0usize;
+        let mut sum = 0u64;
+        while got < n {
+            match b.read(&mut buf) {
+                Ok(0) => panic!("EOF"),
+                Ok(k) => {
+                    for (i, &x) in buf[..k].iter().enumerate() {
+                        assert_eq!(x, ((got + i) % 251) as u8);
+                    }
+                    sum += k as u64;
+                    got += k;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if b.arm() {
+                        poll_in(b.fd(), 1000);
+                    }
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        b.write_vectored(&[IoSlice::new(&sum.to_le_bytes())])
+            .unwrap();
+        b
+    });
+    let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    let mut sent = 0;
+    while sent < n {
+        match a.write_vectored(&[IoSlice::new(&data[sent..(sent + 100_000).min(n)])]) {
+            Ok(k) => sent += k,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if a.arm() {
+                    poll_in(a.fd(), 1000);
+                }
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let mut ack = [0u8; 8];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match a.read(&mut ack) {
+            Ok(8) => break,
+            Ok(k) => panic!("short ack {k}"),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline);
+                if a.arm() {
+                    poll_in(a.fd(), 1000);
+                }
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(u64::from_le_bytes(ack), n as u64);
+    t.join().unwrap();
+}

@@ -1,0 +1,324 @@
+//! Shared-memory links between real processes: the test binary re-runs itself as the connecting
+//! child (`child_main`, a no-op unless `HX_SHM_CHILD` is set).
+
+use std::io::{ErrorKind, IoSlice};
+use std::os::fd::RawFd;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use hx_transport::shm::{self, ShmLink};
+use hx_transport::Link;
+
+const SECRET: [u8; 32] = [7; 32];
+const T: Duration = Duration::from_secs(10);
+
+fn sock_name(tag: &str) -> String {
+    format!("hxcomm-test-{}-{tag}", std::process::id())
+}
+
+fn spawn_child(name: &str, mode: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+        .env("HX_SHM_CHILD", name)
+        .env("HX_SHM_MODE", mode)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn poll_in(fd: RawFd, ms: i32) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) };
+}
+
+/// Waits the way the engine will: arm, and sleep only if arm agrees.
+fn wait(l: &mut ShmLink, spin: bool) {
+    if !spin && l.arm() {
+        poll_in(l.fd(), 1000);
+    }
+}
+
+fn read_exact(l: &mut ShmLink, buf: &mut [u8], spin: bool) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match l.read(&mut buf[at..]) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => wait(l, spin),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn write_all(l: &mut ShmLink, mut buf: &[u8], spin: bool) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match l.write_vectored(&[IoSlice::new(buf)]) {
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == ErrorKind::WouldBlock => wait(l, spin),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn child_main() {
+    let Ok(name) = std::env::var("HX_SHM_CHILD") else {
+        return;
+    };
+    let mode = std::env::var("HX_SHM_MODE").unwrap();
+    let mut l = shm::connect(&name, &SECRET, 3, 1, T).unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    match mode.as_str() {
+        // Echo everything until EOF, sleeping when idle.
+        "echo" => loop {
+            match l.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => write_all(&mut l, &buf[..n], false).unwrap(),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => wait(&mut l, false),
+                Err(e) => panic!("{e}"),
+            }
+        },
+        "hang" => std::thread::sleep(Duration::from_secs(60)),
+        // Spinning ping-pong of 8-byte messages, then a byte sink with a final ack.
+        "bench" => {
+            let mut head = [0u8; 16];
+            read_exact(&mut l, &mut head, true).unwrap();
+            let iters = u64::from_le_bytes(head[..8].try_into().unwrap());
+            let bytes = u64::from_le_bytes(head[8..].try_into().unwrap());
+            let mut m = [0u8; 8];
+            for _ in 0..iters {
+                read_exact(&mut l, &mut m, true).unwrap();
+                write_all(&mut l, &m, true).unwrap();
+            }
+            let mut big = vec![0u8; 4 << 20];
+            let mut got = 0u64;
+            while got < bytes {
+                let want = ((bytes - got) as usize).min(big.len());
+                read_exact(&mut l, &mut big[..want], true).unwrap();
+                got += want as u64;
+            }
+            write_all(&mut l, b"k", true).unwrap();
+            read_exact(&mut l, &mut m[..1], false).unwrap_err(); // EOF when the parent drops
+        }
+        m => panic!("mode {m}"),
+    }
+}
+
+#[test]
+fn two_processes_echo_and_eof() {
+    let name = sock_name("echo");
+    let mut listener = shm::listen(&name).unwrap();
+    listener.set_capacity(1 << 16).unwrap();
+    let mut child = spawn_child(&name, "echo");
+    let (mut l, hello) = listener.accept(&SECRET, T).unwrap();
+    assert_eq!(hello, shm::PeerHello { rank: 3, index: 1 });
+    assert_eq!(l.capacity(), 1 << 16);
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i * 31 + i / 7) as u8).collect();
+    let mut got = Vec::with_capacity(data.len());
+    let mut sent = 0;
+    let mut buf = vec![0u8; 10_007];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while got.len() < data.len() {
+        assert!(Instant::now() < deadline, "stalled");
+        let mut idle = true;
+        if sent < data.len() {
+            let end = (sent + 77_777).min(data.len());
+            match l.write_vectored(&[IoSlice::new(&data[sent..end])]) {
+                Ok(n) => (sent, idle) = (sent + n, false),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        match l.read(&mut buf) {
+            Ok(0) => panic!("EOF"),
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                idle = false;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("{e}"),
+        }
+        if idle {
+            wait(&mut l, false);
+        }
+    }
+    assert!(got == data, "echo differs");
+    drop(l);
+    assert!(child.wait().unwrap().success(), "child did not see EOF");
+}
+
+#[test]
+fn wrong_secret_and_strangers_are_refused() {
+    let name = sock_name("secret");
+    let listener = shm::listen(&name).unwrap();
+    assert_eq!(
+        shm::listen(&name).err().unwrap().kind(),
+        ErrorKind::AddrInUse
+    );
+    let n2 = name.clone();
+    let t = std::thread::spawn(move || shm::connect(&n2, &[8; 32], 1, 0, T));
+    let e = listener.accept(&SECRET, T).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    let e = t.join().unwrap().err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    // A stranger speaking something else.
+    let n2 = name.clone();
+    let t = std::thread::spawn(move || {
+        use std::io::Write;
+        use std::os::linux::net::SocketAddrExt;
+        let a = std::os::unix::net::SocketAddr::from_abstract_name(n2.as_bytes()).unwrap();
+        let mut s = std::os::unix::net::UnixStream::connect_addr(&a).unwrap();
+        s.write_all(&[0x47; 60]).unwrap();
+        s
+    });
+    let e = listener.accept(&SECRET, T).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    drop(t.join().unwrap());
+    // A silent stranger costs the timeout, nothing more.
+    let n2 = name.clone();
+    let t = std::thread::spawn(move || {
+        use std::os::linux::net::SocketAddrExt;
+        let a = std::os::unix::net::SocketAddr::from_abstract_name(n2.as_bytes()).unwrap();
+        let s = std::os::unix::net::UnixStream::connect_addr(&a).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        s
+    });
+    let e = listener
+        .accept(&SECRET, Duration::from_millis(100))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{e}"
+    );
+    drop(t.join().unwrap());
+    // And the right secret still works afterwards.
+    let n2 = name.clone();
+    let t = std::thread::spawn(move || shm::connect(&n2, &SECRET, 9, 2, T).unwrap());
+    let (_l, hello) = listener.accept(&SECRET, T).unwrap();
+    assert_eq!(hello, shm::PeerHello { rank: 9, index: 2 });
+    t.join().unwrap();
+}
+
+#[test]
+fn connect_waits_for_listener() {
+    let name = sock_name("late");
+    let n2 = name.clone();
+    let t = std::thread::spawn(move || shm::connect(&n2, &SECRET, 1, 0, T));
+    std::thread::sleep(Duration::from_millis(100));
+    let listener = shm::listen(&name).unwrap();
+    let (mut a, _) = listener.accept(&SECRET, T).unwrap();
+    let mut b = t.join().unwrap().unwrap();
+    write_all(&mut b, b"late but here", false).unwrap();
+    let mut m = [0u8; 13];
+    read_exact(&mut a, &mut m, false).unwrap();
+    assert_eq!(&m, b"late but here");
+    let e = shm::connect(
+        &sock_name("nobody"),
+        &SECRET,
+        1,
+        0,
+        Duration::from_millis(50),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+}
+
+#[test]
+fn killed_peer_is_noticed() {
+    let name = sock_name("kill");
+    let listener = shm::listen(&name).unwrap();
+    let mut child = spawn_child(&name, "hang");
+    let (mut l, _) = listener.accept(&SECRET, T).unwrap();
+    write_all(&mut l, b"into the void", false).unwrap();
+    assert!(l.arm(), "nothing to do yet");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t0 = Instant::now();
+    let mut buf = [0u8; 8];
+    let e = read_exact(&mut l, &mut buf, false).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "slow: {:?}",
+        t0.elapsed()
+    );
+    let e = l.write_vectored(&[IoSlice::new(b"x")]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BrokenPipe);
+}
+
+/// `cargo test --release -p hx-transport --test shm -- --ignored --nocapture bench`
+#[test]
+#[ignore]
+fn bench_two_processes() {
+    let name = sock_name("bench");
+    let mut listener = shm::listen(&name).unwrap();
+    let cap: usize = std::env::var("HX_SHM_CAP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(shm::DEFAULT_CAPACITY);
+    listener.set_capacity(cap).unwrap();
+    let mut child = spawn_child(&name, "bench");
+    let (mut l, _) = listener.accept(&SECRET, T).unwrap();
+    let iters = 200_000u64;
+    let msg = 4usize << 20;
+    let count = 500u64;
+    let mut head = [0u8; 16];
+    head[..8].copy_from_slice(&iters.to_le_bytes());
+    head[8..].copy_from_slice(&(msg as u64 * count).to_le_bytes());
+    write_all(&mut l, &head, true).unwrap();
+    let mut m = [0u8; 8];
+    let mut samples = Vec::new();
+    let mut t0 = Instant::now();
+    for i in 0..iters {
+        write_all(&mut l, &i.to_le_bytes(), true).unwrap();
+        read_exact(&mut l, &mut m, true).unwrap();
+        assert_eq!(u64::from_le_bytes(m), i);
+        if i % 10_000 == 9_999 {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 10_000.0);
+            t0 = Instant::now();
+        }
+    }
+    samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "shm ping-pong 8 B round trip: min {:.3} us, median {:.3} us (batches of 10k, capacity {cap})",
+        samples[0],
+        samples[samples.len() / 2]
+    );
+    let data = vec![0x5au8; msg];
+    let t0 = Instant::now();
+    for _ in 0..count {
+        write_all(&mut l, &data, true).unwrap();
+    }
+    read_exact(&mut l, &mut m[..1], true).unwrap();
+    let s = t0.elapsed().as_secs_f64();
+    println!(
+        "shm stream {} x {} MiB: {:.2} GB/s",
+        count,
+        msg >> 20,
+        (msg as f64 * count as f64) / s / 1e9
+    );
+    // Single-core memcpy of the same size, for scale.
+    let mut dst = vec![0u8; msg];
+    let t0 = Instant::now();
+    for i in 0..count {
+        dst.copy_from_slice(&data);
+        std::hint::black_box(&mut dst[i as usize % msg]);
+    }
+    let s = t0.elapsed().as_secs_f64();
+    println!(
+        "memcpy {} MiB: {:.2} GB/s",
+        msg >> 20,
+        (msg as f64 * count as f64) / s / 1e9
+    );
+    drop(l);
+    assert!(child.wait().unwrap().success());
+}
