@@ -47,6 +47,9 @@ pub const DEFAULT_CAPACITY: usize = 1 << 20;
 pub const MIN_CAPACITY: usize = 4096;
 pub const MAX_CAPACITY: usize = 1 << 30;
 
+/// Large copies publish their progress every this many bytes (pipelining writer and reader).
+const PUBLISH: usize = 64 << 10;
+
 const MAGIC: u64 = u64::from_le_bytes(*b"HXSHMv01");
 const HDR: usize = 4096;
 const LINE: usize = 128;
@@ -372,6 +375,14 @@ impl ShmLink {
         }
     }
 
+    fn publish(&mut self, head: u64) {
+        self.tx_head = head;
+        self.map
+            .word(off_head(self.side))
+            .store(head, Ordering::Release);
+        self.wake_peer();
+    }
+
     fn peer_closed(&self) -> bool {
         self.map
             .word(OFF_CLOSED + 8 * self.peer())
@@ -426,21 +437,26 @@ impl Link for ShmLink {
             }
         }
         let n = (avail as usize).min(buf.len());
-        let off = (self.rx_tail & (self.cap - 1)) as usize;
-        let first = n.min(self.cap as usize - off);
-        // SAFETY: off < cap and first <= cap - off, so [off, off + first) is inside the rx ring;
-        // the rest (n - first <= off, since n <= cap) starts at the ring's beginning. `buf` is
-        // ours and does not overlap the mapping. The peer does not write these bytes until we
-        // advance the tail (if it does anyway, we read garbage bytes, never out of bounds).
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.rx.add(off), buf.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(self.rx, buf.as_mut_ptr().add(first), n - first);
+        let cap = self.cap as usize;
+        let mut done = 0;
+        while done < n {
+            let off = (self.rx_tail & (self.cap - 1)) as usize;
+            let k = (n - done).min(cap - off).min(PUBLISH);
+            // SAFETY: off < cap and k <= cap - off, so [off, off + k) is inside the rx ring;
+            // done + k <= n <= buf.len(). `buf` is ours and does not overlap the mapping. The
+            // peer does not write these bytes until we advance the tail (if it does anyway, we
+            // read garbage bytes, never out of bounds).
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.rx.add(off), buf.as_mut_ptr().add(done), k);
+            }
+            done += k;
+            // Hand back room piece by piece so a streaming writer refills while we copy.
+            self.rx_tail = self.rx_tail.wrapping_add(k as u64);
+            self.map
+                .word(off_tail(self.peer()))
+                .store(self.rx_tail, Ordering::Release);
+            self.wake_peer();
         }
-        self.rx_tail = self.rx_tail.wrapping_add(n as u64);
-        self.map
-            .word(off_tail(self.peer()))
-            .store(self.rx_tail, Ordering::Release);
-        self.wake_peer();
         Ok(n)
     }
 
@@ -465,27 +481,29 @@ impl Link for ShmLink {
         let mut pos = self.tx_head;
         let mut left = limit;
         for b in bufs {
+            let mut src: &[u8] = &b[..b.len().min(left)];
+            left -= src.len();
+            while !src.is_empty() {
+                let off = (pos & (self.cap - 1)) as usize;
+                let k = src.len().min(cap - off).min(PUBLISH);
+                // SAFETY: off < cap and k <= cap - off, so [off, off + k) is inside the tx ring,
+                // and we write at most `free` bytes past our head, all of them consumed by the
+                // peer already. The source is the caller's slice, disjoint from the mapping.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.tx.add(off), k) };
+                src = &src[k..];
+                pos = pos.wrapping_add(k as u64);
+                // Publish piece by piece so the reader starts copying out while we copy in.
+                if pos.wrapping_sub(self.tx_head) >= PUBLISH as u64 {
+                    self.publish(pos);
+                }
+            }
             if left == 0 {
                 break;
             }
-            let take = b.len().min(left);
-            let off = (pos & (self.cap - 1)) as usize;
-            let first = take.min(cap - off);
-            // SAFETY: as in `read`: [off, off + first) and [0, take - first) lie inside the tx
-            // ring (take <= free <= cap); the source is the caller's slice, disjoint from the
-            // mapping. The peer does not read these bytes until we publish the head.
-            unsafe {
-                std::ptr::copy_nonoverlapping(b.as_ptr(), self.tx.add(off), first);
-                std::ptr::copy_nonoverlapping(b.as_ptr().add(first), self.tx, take - first);
-            }
-            pos = pos.wrapping_add(take as u64);
-            left -= take;
         }
-        self.tx_head = pos;
-        self.map
-            .word(off_head(self.side))
-            .store(self.tx_head, Ordering::Release);
-        self.wake_peer();
+        if pos != self.tx_head {
+            self.publish(pos);
+        }
         self.write_blocked = limit < total;
         Ok(limit)
     }
@@ -534,6 +552,24 @@ impl Drop for ShmLink {
             .store(1, Ordering::SeqCst);
         signal(self.peer_efd.as_raw_fd());
     }
+}
+
+/// The abstract socket name on which `rank` of the job with `secret` listens for shared-memory
+/// links: `hxcomm-<16 hex of HMAC(secret, "shm")>-<rank>`. Unique per job and rank, and it
+/// reveals nothing about the secret.
+pub fn socket_name(secret: &hx_bootstrap::Secret, rank: u32) -> String {
+    let tag = hx_bootstrap::hmac_sha256(secret, &[b"shm"]);
+    let hex: String = tag[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("hxcomm-{hex}-{rank}")
+}
+
+/// Identifies "the same host" for shared memory: the kernel's boot id and this process's
+/// network namespace (abstract socket names are per network namespace, so two ranks can set up
+/// a link iff their keys are equal). Publish it through the bootstrap and compare.
+pub fn host_key() -> io::Result<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
+    let ns = std::fs::read_link("/proc/self/ns/net")?;
+    Ok(format!("{}/{}", boot.trim(), ns.display()))
 }
 
 /// Two connected links in one process (tests, and threads of one rank if ever needed). Each end

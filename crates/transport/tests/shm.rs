@@ -10,6 +10,7 @@ use hx_transport::shm::{self, ShmLink};
 use hx_transport::Link;
 
 const SECRET: [u8; 32] = [7; 32];
+const SLEEPY: u64 = 20_000;
 const T: Duration = Duration::from_secs(10);
 
 fn sock_name(tag: &str) -> String {
@@ -105,6 +106,11 @@ fn child_main() {
                 got += want as u64;
             }
             write_all(&mut l, b"k", true).unwrap();
+            // Ping-pong again, both sides sleeping in poll() between messages.
+            for _ in 0..SLEEPY {
+                read_exact(&mut l, &mut m, false).unwrap();
+                write_all(&mut l, &m, false).unwrap();
+            }
             read_exact(&mut l, &mut m[..1], false).unwrap_err(); // EOF when the parent drops
         }
         m => panic!("mode {m}"),
@@ -306,6 +312,16 @@ fn bench_two_processes() {
         msg >> 20,
         (msg as f64 * count as f64) / s / 1e9
     );
+    let t0 = Instant::now();
+    for i in 0..SLEEPY {
+        write_all(&mut l, &i.to_le_bytes(), false).unwrap();
+        read_exact(&mut l, &mut m, false).unwrap();
+        assert_eq!(u64::from_le_bytes(m), i);
+    }
+    println!(
+        "shm ping-pong 8 B, both sides sleeping (arm + poll on fd): {:.2} us round trip",
+        t0.elapsed().as_secs_f64() * 1e6 / SLEEPY as f64
+    );
     // Single-core memcpy of the same size, for scale.
     let mut dst = vec![0u8; msg];
     let t0 = Instant::now();
@@ -319,6 +335,31 @@ fn bench_two_processes() {
         msg >> 20,
         (msg as f64 * count as f64) / s / 1e9
     );
+    // The raw floor in the same conditions: two threads bouncing one cache line.
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let line = Arc::new(AtomicU64::new(0));
+    let l2 = line.clone();
+    let t = std::thread::spawn(move || {
+        for i in 0..iters {
+            while l2.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            l2.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    let t0 = Instant::now();
+    for i in 0..iters {
+        line.store(2 * i + 1, Ordering::Release);
+        while line.load(Ordering::Acquire) != 2 * i + 2 {
+            std::hint::spin_loop();
+        }
+    }
+    println!(
+        "raw cache-line ping-pong (threads): {:.3} us round trip",
+        t0.elapsed().as_secs_f64() * 1e6 / iters as f64
+    );
+    t.join().unwrap();
     drop(l);
     assert!(child.wait().unwrap().success());
 }

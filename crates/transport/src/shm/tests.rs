@@ -264,3 +264,16 @@ fn threads_stream_both_ways() {
     assert_eq!(u64::from_le_bytes(ack), n as u64);
     t.join().unwrap();
 }
+
+#[test]
+fn names_and_host_key() {
+    let a = socket_name(&[1; 32], 3);
+    assert!(
+        a.starts_with("hxcomm-") && a.ends_with("-3") && a.len() == 7 + 16 + 2,
+        "{a}"
+    );
+    assert_ne!(a, socket_name(&[2; 32], 3));
+    let k = host_key().unwrap();
+    assert!(k.contains("net:["), "{k}");
+    assert_eq!(k, host_key().unwrap());
+}
