@@ -532,10 +532,14 @@ impl Link for ShmLink {
         let me = self.map.word(OFF_SLEEP + 8 * self.side);
         me.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let busy = match self.readable() {
-            Ok(n) => n > 0 || self.peer_closed(),
-            Err(_) => true, // let read report it
-        } || (self.write_blocked && !matches!(self.writable(1), Ok(0)));
+        let room = self.write_blocked && !matches!(self.writable(1), Ok(0));
+        // Report room once: if the engine has nothing left to write, we must not keep it awake.
+        self.write_blocked &= !room;
+        let busy = room
+            || match self.readable() {
+                Ok(n) => n > 0 || self.peer_closed(),
+                Err(_) => true, // let read report it
+            };
         if busy {
             self.map
                 .word(OFF_SLEEP + 8 * self.side)
