@@ -1,12 +1,12 @@
 //! Requests, matching and sequencing: the state that one process keeps about all its peers.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use hx_wire::{FrameHeader, FrameKind};
 
-use crate::rx::RxState;
+use crate::rx::{Dest, RxState};
 use crate::slab::{Handle, Slab};
-use crate::tx::TxItem;
+use crate::tx::{Body as TxBody, TxItem};
 use crate::{Buffer, Completion, Config, EpId, Policy, ProtoError, Rank, ReqId, Status};
 
 pub(crate) struct Request<B> {
@@ -22,8 +22,8 @@ pub(crate) enum ReqKind {
 
 pub(crate) struct SendState {
     pub peer: Rank,
-    /// Payload bytes not yet handed to the kernel.
-    pub unwritten: usize,
+    /// Rendezvous payload bytes the receiver has not acknowledged yet.
+    pub unacked: usize,
 }
 
 pub(crate) struct RecvState {
@@ -36,6 +36,8 @@ pub(crate) struct RecvState {
     pub unreceived: usize,
     /// `(peer, seq)` of the rendezvous this receive is the target of.
     pub rdv: Option<(Rank, u64)>,
+    /// Offsets of the data chunks received in full (resent chunks are counted once).
+    pub chunks: HashSet<u64>,
 }
 
 /// A message that arrived before a matching receive was posted, or before its turn in sequence.
@@ -74,10 +76,21 @@ pub(crate) struct PullJob {
 }
 
 pub(crate) struct Rail {
+    pub up: bool,
     pub tx: VecDeque<TxItem>,
     /// Bytes queued on this rail and not yet written.
     pub queued: usize,
     pub tx_bytes: u64,
+    /// Reliable frames written on this connection and not yet acknowledged, oldest first.
+    pub log: VecDeque<TxItem>,
+    /// Frames of this connection the peer acknowledged / we wrote reliably.
+    pub acked: u64,
+    pub logged: u64,
+    /// Reliable frames received on this connection, and the count last told to the peer.
+    pub rcvd: u64,
+    pub ack_sent: u64,
+    pub ack_queued: bool,
+    pub bytes_since_ack: usize,
     pub rx: RxState,
     /// The peer closed this rail in order (it sent Bye).
     pub bye: bool,
@@ -95,6 +108,10 @@ pub(crate) struct Peer {
     pub rr_next: usize,
     pub failed: Option<String>,
     pub dirty: bool,
+    /// Frames waiting for a rail while every rail to the peer is down.
+    pub parked: VecDeque<TxItem>,
+    /// Eager payloads cut off by a rail failure, by sequence number: the resent copy goes there.
+    pub incomplete: HashMap<u64, Dest>,
 }
 
 /// Counters for tests and reports.
@@ -113,6 +130,7 @@ pub struct Core<B> {
     pub(crate) eps: HashMap<EpId, EpQueues>,
     pub(crate) dirty: Vec<Rank>,
     pub(crate) spare_bufs: Vec<Vec<u8>>,
+    pub(crate) resends: u64,
 }
 
 fn matches(src: Option<Rank>, tag: Option<u64>, msg_src: Rank, msg_tag: u64) -> bool {
@@ -133,6 +151,8 @@ impl<B: Buffer> Core<B> {
                 rr_next: 0,
                 failed: None,
                 dirty: false,
+                parked: VecDeque::new(),
+                incomplete: HashMap::new(),
             })
             .collect();
         Core {
@@ -144,6 +164,7 @@ impl<B: Buffer> Core<B> {
             eps: HashMap::new(),
             dirty: Vec::new(),
             spare_bufs: Vec::new(),
+            resends: 0,
         }
     }
 
@@ -165,9 +186,17 @@ impl<B: Buffer> Core<B> {
         let p = &mut self.peers[peer as usize];
         p.rails = (0..n)
             .map(|_| Rail {
+                up: true,
                 tx: VecDeque::new(),
                 queued: 0,
                 tx_bytes: 0,
+                log: VecDeque::new(),
+                acked: 0,
+                logged: 0,
+                rcvd: 0,
+                ack_sent: 0,
+                ack_queued: false,
+                bytes_since_ack: 0,
                 rx: RxState::new(stage),
                 bye: false,
             })
@@ -220,10 +249,7 @@ impl<B: Buffer> Core<B> {
         }
         let req = self.reqs.insert(Request {
             buf,
-            kind: ReqKind::Send(SendState {
-                peer,
-                unwritten: len,
-            }),
+            kind: ReqKind::Send(SendState { peer, unacked: len }),
             completion: Completion::Pending,
         });
         if let Some(reason) = &self.peers[peer as usize].failed {
@@ -250,11 +276,15 @@ impl<B: Buffer> Core<B> {
         let rail = self.pick_rail(peer);
         if len <= self.cfg.eager_limit {
             h.payload_len = len as u32;
-            self.enqueue(peer, rail, TxItem::new(h, Some((req, 0, len)), Some(req)));
+            self.enqueue_on(
+                peer,
+                rail,
+                TxItem::new(h, TxBody::Req(req, 0, len), Some(req)),
+            );
         } else {
             h.kind = FrameKind::Rts;
             self.peers[peer as usize].wait_cts.insert(seq, req);
-            self.enqueue(peer, rail, TxItem::new(h, None, None));
+            self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
         }
         Ok(req)
     }
@@ -314,6 +344,7 @@ impl<B: Buffer> Core<B> {
                 status: None,
                 unreceived: 0,
                 rdv: None,
+                chunks: HashSet::new(),
             }),
             completion: Completion::Pending,
         });
@@ -405,9 +436,12 @@ impl<B: Buffer> Core<B> {
         p.failed = Some(reason.to_string());
         for r in &mut p.rails {
             r.tx.clear();
+            r.log.clear();
             r.queued = 0;
             r.rx.reset();
         }
+        p.parked.clear();
+        p.incomplete.clear();
         p.pull_q.clear();
         p.wait_cts.clear();
         p.rdv_recv.clear();
@@ -462,12 +496,9 @@ impl<B: Buffer> Core<B> {
 
     /// Queues an orderly close (Bye) on every rail to `peer`; nothing may be sent after it.
     pub fn send_bye(&mut self, peer: Rank) {
-        for rail in 0..self.peers[peer as usize].rails.len() {
-            self.enqueue(
-                peer,
-                rail,
-                TxItem::new(FrameHeader::new(FrameKind::Bye), None, None),
-            );
+        for rail in self.live_rails(peer) {
+            let bye = TxItem::new(FrameHeader::new(FrameKind::Bye), TxBody::None, None);
+            self.enqueue_on(peer, Some(rail), bye);
         }
     }
 
@@ -640,7 +671,7 @@ impl<B: Buffer> Core<B> {
         h.seq = seq;
         h.dst_ep = src_ep;
         let rail = self.pick_rail(peer);
-        self.enqueue(peer, rail, TxItem::new(h, None, None));
+        self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
     }
 
     pub(crate) fn recv_status(&self, req: ReqId) -> Status {
@@ -650,45 +681,109 @@ impl<B: Buffer> Core<B> {
         }
     }
 
-    /// Rail for a small message or control frame.
-    pub(crate) fn pick_rail(&mut self, peer: Rank) -> usize {
+    /// Rail for a small message or control frame; `None` while every rail to `peer` is down.
+    pub(crate) fn pick_rail(&mut self, peer: Rank) -> Option<usize> {
         let me = self.me;
         let p = &mut self.peers[peer as usize];
         let n = p.rails.len();
-        let bound = (me as usize + peer as usize) % n;
+        let bound = (me as usize + peer as usize) % n.max(1);
+        // The first live rail at or after `from`.
+        let live_from =
+            |p: &Peer, from: usize| (0..n).map(|i| (from + i) % n).find(|&r| p.rails[r].up);
         match self.cfg.policy {
-            Policy::Bind => bound,
+            Policy::Bind => live_from(p, bound),
             Policy::RoundRobin | Policy::Stripe => {
-                let r = p.rr_next % n;
+                let r = live_from(p, p.rr_next % n.max(1))?;
                 p.rr_next = (r + 1) % n;
-                r
+                Some(r)
             }
             Policy::Adaptive => {
                 // The least loaded rail, preferring the bound one so that a quiet pair keeps its
                 // traffic (and its cache-warm socket) on one rail.
-                let mut best = bound;
+                let mut best = live_from(p, bound)?;
                 for i in 0..n {
-                    let r = (bound + i) % n;
-                    if p.rails[r].queued < p.rails[best].queued {
-                        best = r;
-                    }
                     if p.rails[best].queued == 0 {
                         break;
                     }
+                    let r = (bound + i) % n;
+                    if p.rails[r].up && p.rails[r].queued < p.rails[best].queued {
+                        best = r;
+                    }
                 }
-                best
+                Some(best)
             }
         }
     }
 
-    pub(crate) fn enqueue(&mut self, peer: Rank, rail: usize, item: TxItem) {
-        let r = &mut self.peers[peer as usize].rails[rail];
-        r.queued += item.total_len();
-        r.tx.push_back(item);
+    /// Queues a frame on `rail`, or parks it until a rail to `peer` comes back.
+    pub(crate) fn enqueue_on(&mut self, peer: Rank, rail: Option<usize>, item: TxItem) {
+        let p = &mut self.peers[peer as usize];
+        match rail {
+            Some(r) if p.rails[r].up => {
+                let r = &mut p.rails[r];
+                r.queued += item.total_len();
+                r.tx.push_back(item);
+            }
+            _ => p.parked.push_back(item),
+        }
         self.mark_dirty(peer);
     }
 }
 
 fn q_push(eps: &mut HashMap<EpId, EpQueues>, ep: EpId, u: Handle) {
     eps.entry(ep).or_default().unexpected.push_back(u);
+}
+
+impl<B: Buffer> Core<B> {
+    /// A one-paragraph picture of what is in flight, for diagnosing a stuck job.
+    pub fn debug_dump(&self) -> String {
+        let mut s = format!("rank {}:", self.me);
+        for (i, p) in self.peers.iter().enumerate() {
+            if p.rails.is_empty() {
+                continue;
+            }
+            s += &format!(
+                " [peer {i} tx_seq {} rx_seq {} reorder {:?} wait_cts {:?} rdv_recv {:?} pull {} parked {}",
+                p.tx_seq,
+                p.rx_seq,
+                p.reorder.keys().collect::<Vec<_>>(),
+                p.wait_cts.keys().collect::<Vec<_>>(),
+                p.rdv_recv.keys().collect::<Vec<_>>(),
+                p.pull_q.len(),
+                p.parked.len()
+            );
+            for (r, rail) in p.rails.iter().enumerate() {
+                s += &format!(
+                    " rail{r}(up {} q {} log {} acked {} logged {} rcvd {} ack_sent {} ackq {})",
+                    rail.up,
+                    rail.tx.len(),
+                    rail.log.len(),
+                    rail.acked,
+                    rail.logged,
+                    rail.rcvd,
+                    rail.ack_sent,
+                    rail.ack_queued
+                );
+            }
+            s += "]";
+        }
+        let pending: Vec<String> = self
+            .reqs
+            .iter()
+            .filter(|(_, r)| r.completion == Completion::Pending)
+            .map(|(_, r)| match &r.kind {
+                ReqKind::Send(st) => format!("send(peer {} unacked {})", st.peer, st.unacked),
+                ReqKind::Recv(rv) => format!(
+                    "recv(ep {} src {:?} tag {:?} matched {} unreceived {})",
+                    rv.ep,
+                    rv.src,
+                    rv.tag,
+                    rv.status.is_some(),
+                    rv.unreceived
+                ),
+            })
+            .collect();
+        s += &format!(" pending {pending:?}");
+        s
+    }
 }

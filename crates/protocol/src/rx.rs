@@ -1,8 +1,9 @@
 //! Receive side: each rail is a byte stream parsed into frames. Small frames are read in bulk
 //! into a staging area; once a large payload's destination is known, the driver reads the rest of
-//! it straight into that buffer (no intermediate copy).
+//! it straight into that buffer (no intermediate copy). Frames resent after a rail failure are
+//! recognised and dropped (or, for a payload cut off mid-way, delivered again in full).
 
-use hx_wire::{FrameHeader, FrameKind, HEADER_LEN};
+use hx_wire::{FrameHeader, FrameKind, FLAG_ACK_REQ, HEADER_LEN};
 
 use crate::core::{Body, ReqKind, Unexp};
 use crate::slab::Handle;
@@ -10,25 +11,36 @@ use crate::{Buffer, Completion, Core, ProtoError, Rank, ReqId};
 
 /// Payloads at least this long are read directly into their destination.
 const DIRECT_MIN: usize = 4096;
+/// Acknowledge at least every this many frames or bytes.
+const ACK_EVERY_FRAMES: u64 = 32;
+const ACK_EVERY_BYTES: usize = 1 << 20;
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Dest {
     Req(ReqId),
     Unexp(Handle),
+    Discard,
 }
 
 #[derive(Clone, Copy)]
 pub(crate) struct Payload {
-    dest: Dest,
+    pub(crate) dest: Dest,
+    /// Where the next byte goes in the destination.
     off: usize,
     remaining: usize,
+    pub(crate) kind: FrameKind,
+    flags: u8,
+    pub(crate) seq: u64,
+    /// Offset of the chunk (Data) and length of the frame's payload.
+    chunk_off: u64,
+    len: usize,
 }
 
 pub(crate) struct RxState {
     stage: Vec<u8>,
     start: usize,
     end: usize,
-    cur: Option<Payload>,
+    pub(crate) cur: Option<Payload>,
     direct: bool,
 }
 
@@ -48,6 +60,16 @@ impl RxState {
         self.end = 0;
         self.cur = None;
         self.direct = false;
+    }
+
+    /// An eager payload that was arriving when the rail broke.
+    pub fn take_partial_eager(&mut self) -> Option<(u64, Dest)> {
+        match self.cur.take() {
+            Some(p) if p.kind == FrameKind::Eager && p.dest != Dest::Discard => {
+                Some((p.seq, p.dest))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -73,6 +95,7 @@ impl<B: Buffer> Core<B> {
                         Body::Eager { data, .. } => data.get_mut(p.off..end),
                         Body::Rts => None,
                     }),
+                    Dest::Discard => None,
                 };
                 if let Some(s) = slice {
                     rx.direct = true;
@@ -98,11 +121,10 @@ impl<B: Buffer> Core<B> {
             let n = n.min(p.remaining);
             p.off += n;
             p.remaining -= n;
-            let (dest, left) = (p.dest, p.remaining);
-            if left == 0 {
-                rx.cur = None;
+            if p.remaining == 0 {
+                let p = rx.cur.take().unwrap();
+                self.payload_complete(peer, rail, &p);
             }
-            self.account(dest, n);
             return Ok(());
         }
         rx.end = (rx.end + n).min(rx.stage.len());
@@ -126,7 +148,9 @@ impl<B: Buffer> Core<B> {
                 // Split borrows: the staging area lives in `peers`, destinations elsewhere.
                 let stage = &self.peers[peer as usize].rails[rail].rx.stage[from..from + take];
                 write_dest(&mut self.reqs, &mut self.unexp, p.dest, off, stage);
-                self.account(p.dest, take);
+                if p.remaining == 0 {
+                    self.payload_complete(peer, rail, &p);
+                }
                 continue;
             }
             if avail < HEADER_LEN {
@@ -146,8 +170,13 @@ impl<B: Buffer> Core<B> {
                 Err(err) => return Err(ProtoError::Wire { peer, rail, err }),
             };
             rx.start += hlen;
-            if let Some(p) = self.handle_header(peer, rail, &h)? {
-                self.peers[peer as usize].rails[rail].rx.cur = Some(p);
+            self.handle_ack(peer, rail, h.ack)?;
+            match self.handle_header(peer, rail, &h)? {
+                Some(p) if p.remaining > 0 => {
+                    self.peers[peer as usize].rails[rail].rx.cur = Some(p);
+                }
+                Some(p) => self.payload_complete(peer, rail, &p),
+                None => self.frame_received(peer, rail, &h),
             }
         }
     }
@@ -158,6 +187,52 @@ impl<B: Buffer> Core<B> {
             rail,
             seq,
             what,
+        }
+    }
+
+    /// Counts a reliable frame for acknowledgement, and asks for an explicit ack when due.
+    fn frame_received(&mut self, peer: Rank, rail: usize, h: &FrameHeader) {
+        if !matches!(
+            h.kind,
+            FrameKind::Eager | FrameKind::Rts | FrameKind::Cts | FrameKind::Data
+        ) {
+            return;
+        }
+        let r = &mut self.peers[peer as usize].rails[rail];
+        r.rcvd += 1;
+        r.bytes_since_ack += HEADER_LEN + h.payload_len as usize;
+        if h.flags & FLAG_ACK_REQ != 0
+            || r.rcvd - r.ack_sent >= ACK_EVERY_FRAMES
+            || r.bytes_since_ack >= ACK_EVERY_BYTES
+        {
+            self.queue_ack(peer, rail);
+        }
+    }
+
+    /// Queues an acknowledgement on every rail to `peer` that has something to acknowledge.
+    fn ack_all_rails(&mut self, peer: Rank) {
+        for rail in 0..self.peers[peer as usize].rails.len() {
+            let r = &self.peers[peer as usize].rails[rail];
+            if r.up && r.rcvd > r.ack_sent {
+                self.queue_ack(peer, rail);
+            }
+        }
+    }
+
+    fn payload(dest: Dest, h: &FrameHeader) -> Payload {
+        Payload {
+            dest,
+            off: if h.kind == FrameKind::Data {
+                h.value as usize
+            } else {
+                0
+            },
+            remaining: h.payload_len as usize,
+            kind: h.kind,
+            flags: h.flags,
+            seq: h.seq,
+            chunk_off: h.value,
+            len: h.payload_len as usize,
         }
     }
 
@@ -184,12 +259,19 @@ impl<B: Buffer> Core<B> {
                 }
                 let p = &mut self.peers[peer as usize];
                 if h.seq < p.rx_seq || p.reorder.contains_key(&h.seq) {
-                    return Err(Self::violation(
-                        peer,
-                        rail,
-                        h.seq,
-                        "duplicate sequence number",
-                    ));
+                    // Resent after a rail failure. Deliver again only what was cut off, or what
+                    // another rail is still receiving (whichever copy ends first completes it).
+                    let mut dest = p.incomplete.remove(&h.seq).unwrap_or(Dest::Discard);
+                    if dest == Dest::Discard && h.kind == FrameKind::Eager {
+                        for r in p.rails.iter_mut() {
+                            if let Some(c) = r.rx.cur.as_mut() {
+                                if c.kind == FrameKind::Eager && c.seq == h.seq {
+                                    dest = std::mem::replace(&mut c.dest, Dest::Discard);
+                                }
+                            }
+                        }
+                    }
+                    return Ok((h.kind == FrameKind::Eager).then(|| Self::payload(dest, h)));
                 }
                 if h.seq - p.rx_seq > (1 << 20) {
                     return Err(Self::violation(
@@ -199,8 +281,7 @@ impl<B: Buffer> Core<B> {
                         "sequence number far ahead",
                     ));
                 }
-                let in_order = h.seq == p.rx_seq;
-                let dest = if in_order {
+                let dest = if h.seq == p.rx_seq {
                     p.rx_seq += 1;
                     let d = self.arrive_in_order(peer, h);
                     self.drain_reorder(peer);
@@ -210,38 +291,39 @@ impl<B: Buffer> Core<B> {
                     self.peers[peer as usize].reorder.insert(h.seq, u);
                     (h.kind == FrameKind::Eager).then_some(Dest::Unexp(u))
                 };
-                match dest {
-                    Some(d) if len > 0 => Ok(Some(Payload {
-                        dest: d,
-                        off: 0,
-                        remaining: len,
-                    })),
-                    Some(d) => {
-                        self.account(d, 0);
-                        Ok(None)
-                    }
-                    None => Ok(None),
-                }
+                Ok(dest.map(|d| Self::payload(d, h)))
             }
             FrameKind::Cts => {
-                let Some(req) = self.peers[peer as usize].wait_cts.remove(&h.seq) else {
-                    return Err(Self::violation(
-                        peer,
-                        rail,
-                        h.seq,
-                        "CTS for no pending send",
-                    ));
-                };
-                self.start_data(peer, req, h.seq);
+                let p = &mut self.peers[peer as usize];
+                match p.wait_cts.remove(&h.seq) {
+                    Some(req) => self.start_data(peer, req, h.seq),
+                    // A resent CTS for data already under way.
+                    None if h.seq < p.tx_seq => {}
+                    None => {
+                        return Err(Self::violation(
+                            peer,
+                            rail,
+                            h.seq,
+                            "CTS for no pending send",
+                        ))
+                    }
+                }
                 Ok(None)
             }
             FrameKind::Data => {
-                let Some(&req) = self.peers[peer as usize].rdv_recv.get(&h.seq) else {
+                let p = &self.peers[peer as usize];
+                let Some(&req) = p.rdv_recv.get(&h.seq) else {
+                    if h.seq < p.rx_seq {
+                        // A resent chunk of a message already complete.
+                        return Ok(Some(Self::payload(Dest::Discard, h)));
+                    }
                     return Err(Self::violation(peer, rail, h.seq, "data for no rendezvous"));
                 };
-                let total = match self.reqs.get(req).map(|r| &r.kind) {
-                    Some(ReqKind::Recv(rv)) => rv.status.map_or(0, |s| s.len),
-                    _ => 0,
+                let (total, dup) = match self.reqs.get(req).map(|r| &r.kind) {
+                    Some(ReqKind::Recv(rv)) => {
+                        (rv.status.map_or(0, |s| s.len), rv.chunks.contains(&h.value))
+                    }
+                    _ => (0, false),
                 };
                 let end = h.value + h.payload_len as u64;
                 if end > total as u64 {
@@ -252,17 +334,14 @@ impl<B: Buffer> Core<B> {
                         "data beyond message end",
                     ));
                 }
-                Ok(Some(Payload {
-                    dest: Dest::Req(req),
-                    off: h.value as usize,
-                    remaining: h.payload_len as usize,
-                }))
+                let dest = if dup { Dest::Discard } else { Dest::Req(req) };
+                Ok(Some(Self::payload(dest, h)))
             }
             FrameKind::Bye => {
                 self.peers[peer as usize].rails[rail].bye = true;
                 Ok(None)
             }
-            FrameKind::Heartbeat => Ok(None),
+            FrameKind::Heartbeat | FrameKind::Ack => Ok(None),
         }
     }
 
@@ -319,9 +398,18 @@ impl<B: Buffer> Core<B> {
         }
     }
 
-    /// `n` payload bytes reached `dest`: complete what is complete.
-    fn account(&mut self, dest: Dest, n: usize) {
-        match dest {
+    /// A frame's payload has fully arrived at `p.dest`: complete what is complete.
+    fn payload_complete(&mut self, peer: Rank, rail: usize, p: &Payload) {
+        // Count the frame first, so that acknowledgements sent on completion cover it.
+        let mut h = FrameHeader::new(p.kind);
+        h.flags = p.flags;
+        h.payload_len = p.len as u32;
+        if p.dest == Dest::Discard && p.kind == FrameKind::Data {
+            // A resent chunk of a finished message: its sender waits for this acknowledgement.
+            h.flags |= FLAG_ACK_REQ;
+        }
+        self.frame_received(peer, rail, &h);
+        match p.dest {
             Dest::Req(req) => {
                 let Some(r) = self.reqs.get_mut(req) else {
                     return;
@@ -329,31 +417,39 @@ impl<B: Buffer> Core<B> {
                 let ReqKind::Recv(rv) = &mut r.kind else {
                     return;
                 };
-                rv.unreceived -= n.min(rv.unreceived);
+                if p.kind == FrameKind::Data {
+                    if rv.chunks.insert(p.chunk_off) {
+                        rv.unreceived -= p.len.min(rv.unreceived);
+                    }
+                } else {
+                    rv.unreceived = 0;
+                }
                 if rv.unreceived == 0 && r.completion == Completion::Pending {
                     r.completion = Completion::Done(rv.status.unwrap());
-                    if let Some((p, seq)) = rv.rdv {
-                        self.peers[p as usize].rdv_recv.remove(&seq);
+                    rv.chunks = Default::default();
+                    if let Some((from, seq)) = rv.rdv {
+                        self.peers[from as usize].rdv_recv.remove(&seq);
+                        // The sender completes when its data is acknowledged, on every rail
+                        // that carried some.
+                        self.ack_all_rails(from);
                     }
                 }
             }
             Dest::Unexp(u) => {
-                let Some(m) = self.unexp.get_mut(u) else {
-                    return;
-                };
-                let len = m.len;
-                if let Body::Eager {
-                    filled, claimed, ..
-                } = &mut m.body
-                {
-                    *filled += n;
-                    if *filled == len {
+                if let Some(m) = self.unexp.get_mut(u) {
+                    let len = m.len;
+                    if let Body::Eager {
+                        filled, claimed, ..
+                    } = &mut m.body
+                    {
+                        *filled = len;
                         if let Some(req) = *claimed {
                             self.finish_claimed(u, req);
                         }
                     }
                 }
             }
+            Dest::Discard => {}
         }
     }
 }
@@ -373,6 +469,7 @@ fn write_dest<B: Buffer>(
             Body::Eager { data, .. } => Some(data.as_mut_slice()),
             Body::Rts => None,
         }),
+        Dest::Discard => None,
     };
     if let Some(buf) = buf {
         if off < buf.len() {

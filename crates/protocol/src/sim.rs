@@ -174,6 +174,33 @@ impl Cluster {
         Ok(done(self))
     }
 
+    /// Cuts `rail` between `a` and `b`: bytes in flight either way are lost and both ends notice
+    /// (as a reset or a timeout would tell them).
+    pub fn cut(&mut self, a: usize, b: usize, rail: usize) {
+        for (x, y) in [(a, b), (b, a)] {
+            let pi = self.pipe_index(x, y, rail);
+            self.pipes[pi].bytes.clear();
+            self.cores[x].rail_down(y as u32, rail);
+        }
+    }
+
+    /// Reconnects `rail` between `a` and `b` (a fresh, empty stream).
+    pub fn restore(&mut self, a: usize, b: usize, rail: usize) {
+        for (x, y) in [(a, b), (b, a)] {
+            let pi = self.pipe_index(x, y, rail);
+            self.pipes[pi].bytes.clear();
+            self.cores[x].rail_up(y as u32, rail);
+        }
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.cores.len()
+    }
+
+    pub fn rails(&self) -> usize {
+        self.rails
+    }
+
     /// Injects raw bytes into the pipe `src -> dst` on `rail` (for malformed-input tests).
     pub fn inject(&mut self, src: usize, dst: usize, rail: usize, bytes: &[u8]) {
         let pi = self.pipe_index(src, dst, rail);

@@ -87,6 +87,20 @@ impl<T> Slab<T> {
         self.len
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = (Handle, &T)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            s.val.as_ref().map(|v| {
+                (
+                    Handle {
+                        idx: i as u32,
+                        gen: s.gen,
+                    },
+                    v,
+                )
+            })
+        })
+    }
+
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (Handle, &mut T)> {
         self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
             let gen = s.gen;

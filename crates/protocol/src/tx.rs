@@ -1,42 +1,76 @@
-//! Transmit side: per-rail queues of frames whose payloads are slices of the callers' buffers, and
-//! the placement of rendezvous data on rails according to the policy.
+//! Transmit side: per-rail queues of frames whose payloads are slices of the callers' buffers, the
+//! placement of rendezvous data on rails according to the policy, and the per-rail log of frames
+//! written but not yet acknowledged, which is what a broken rail's traffic is resent from.
 
 use std::io::IoSlice;
 
-use hx_wire::{FrameHeader, FrameKind, HEADER_LEN};
+use hx_wire::{FrameHeader, FrameKind, FLAG_ACK_REQ, HEADER_LEN};
 
 use crate::core::{PullJob, ReqKind};
-use crate::{Buffer, Completion, Core, Policy, Rank, ReqId};
+use crate::{Buffer, Completion, Core, Policy, ProtoError, Rank, ReqId};
+
+/// Frames in a rail's log beyond which the next frame asks for an acknowledgement.
+const LOG_ACK_REQ: usize = 64;
+
+pub(crate) enum Body {
+    None,
+    /// Bytes `off..off + len` of a request's buffer.
+    Req(ReqId, usize, usize),
+    /// A copy (an eager message already completed to its sender, kept for resending).
+    Owned(Vec<u8>),
+}
 
 pub(crate) struct TxItem {
     hdr: [u8; HEADER_LEN],
-    /// Bytes `off..off + len` of a request's buffer follow the header.
-    payload: Option<(ReqId, usize, usize)>,
+    body: Body,
     /// An eager send that completes when this frame is written.
     completes: Option<ReqId>,
     sent: usize,
 }
 
 impl TxItem {
-    pub fn new(
-        h: FrameHeader,
-        payload: Option<(ReqId, usize, usize)>,
-        completes: Option<ReqId>,
-    ) -> Self {
+    pub fn new(h: FrameHeader, body: Body, completes: Option<ReqId>) -> Self {
         TxItem {
             hdr: h.to_bytes(),
-            payload,
+            body,
             completes,
             sent: 0,
         }
     }
 
     fn payload_len(&self) -> usize {
-        self.payload.map_or(0, |p| p.2)
+        match &self.body {
+            Body::None => 0,
+            Body::Req(_, _, len) => *len,
+            Body::Owned(v) => v.len(),
+        }
     }
 
     pub fn total_len(&self) -> usize {
         HEADER_LEN + self.payload_len()
+    }
+
+    pub fn kind(&self) -> u8 {
+        self.hdr[4]
+    }
+
+    /// Frames that are logged, acknowledged and resent after a rail failure.
+    pub fn reliable(&self) -> bool {
+        matches!(
+            FrameKind::from_u8(self.kind()),
+            Ok(FrameKind::Eager | FrameKind::Rts | FrameKind::Cts | FrameKind::Data)
+        )
+    }
+
+    fn set_ack(&mut self, ack: u64) {
+        self.hdr[40..48].copy_from_slice(&ack.to_le_bytes());
+        if self.kind() == FrameKind::Ack as u8 {
+            self.hdr[32..40].copy_from_slice(&ack.to_le_bytes());
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.sent = 0;
     }
 }
 
@@ -44,21 +78,50 @@ impl<B: Buffer> Core<B> {
     /// Does `rail` to `peer` have bytes to write (queued, or data it may pull)?
     pub fn tx_pending(&self, peer: Rank, rail: usize) -> bool {
         let p = &self.peers[peer as usize];
-        !p.rails[rail].tx.is_empty() || !p.pull_q.is_empty()
+        let r = &p.rails[rail];
+        r.up && (!r.tx.is_empty() || !p.pull_q.is_empty())
     }
 
-    /// Does any rail to `peer` have bytes to write?
+    /// Does any rail to `peer` have bytes to write, or is anything parked waiting for a rail?
     pub fn peer_tx_pending(&self, peer: Rank) -> bool {
         let p = &self.peers[peer as usize];
-        !p.pull_q.is_empty() || p.rails.iter().any(|r| !r.tx.is_empty())
+        !p.pull_q.is_empty() || !p.parked.is_empty() || p.rails.iter().any(|r| !r.tx.is_empty())
+    }
+
+    /// Frames written to `peer` and not yet acknowledged, over all rails.
+    pub fn unacked_frames(&self, peer: Rank) -> usize {
+        self.peers[peer as usize]
+            .rails
+            .iter()
+            .map(|r| r.log.len())
+            .sum()
     }
 
     /// Fills `out` with the next bytes `rail` to `peer` should write; returns how many slices.
     /// A rail whose queue is empty first pulls a chunk of pending large-message data: it is
     /// asked only when its socket has room, which is what makes faster rails carry more.
     pub fn tx_iovecs<'a>(&'a mut self, peer: Rank, rail: usize, out: &mut [IoSlice<'a>]) -> usize {
+        if !self.peers[peer as usize].rails[rail].up {
+            return 0;
+        }
         if self.peers[peer as usize].rails[rail].tx.is_empty() {
             self.pull(peer, rail);
+        }
+        // Frames not started yet carry the freshest acknowledgement.
+        let r = &mut self.peers[peer as usize].rails[rail];
+        let (rcvd, want_ack) = (r.rcvd, r.log.len() >= LOG_ACK_REQ);
+        let mut patched = false;
+        for item in r.tx.iter_mut().take(out.len()) {
+            if item.sent == 0 {
+                item.set_ack(rcvd);
+                if want_ack {
+                    item.hdr[5] |= FLAG_ACK_REQ;
+                }
+                patched = true;
+            }
+        }
+        if patched {
+            r.ack_sent = rcvd;
         }
         let this: &'a Core<B> = self;
         let mut n = 0;
@@ -70,23 +133,25 @@ impl<B: Buffer> Core<B> {
                 out[n] = IoSlice::new(&item.hdr[item.sent..]);
                 n += 1;
             }
-            if let Some((req, off, len)) = item.payload {
-                if len == 0 || n == out.len() {
-                    continue;
-                }
-                let done = item.sent.saturating_sub(HEADER_LEN);
-                let bytes = this
+            let done = item.sent.saturating_sub(HEADER_LEN);
+            let bytes = match &item.body {
+                Body::None => None,
+                Body::Owned(v) => v.get(done..),
+                Body::Req(req, off, len) => this
                     .reqs
-                    .get(req)
-                    .and_then(|r| r.buf.as_slice().get(off + done..off + len));
-                match bytes {
-                    Some(b) => {
-                        out[n] = IoSlice::new(b);
-                        n += 1;
-                    }
-                    // Cannot happen while the request lives; stop rather than send a short frame.
-                    None => break,
+                    .get(*req)
+                    .and_then(|r| r.buf.as_slice().get(off + done..off + len)),
+            };
+            match bytes {
+                Some([]) => {}
+                Some(b) if n < out.len() => {
+                    out[n] = IoSlice::new(b);
+                    n += 1;
                 }
+                Some(_) => break,
+                None if item.payload_len() == 0 => {}
+                // Cannot happen while the request lives; stop rather than send a short frame.
+                None => break,
             }
         }
         n
@@ -108,40 +173,98 @@ impl<B: Buffer> Core<B> {
                 break;
             }
             let item = r.tx.pop_front().unwrap();
-            self.item_written(&item);
+            self.item_written(peer, rail, item);
         }
     }
 
-    fn item_written(&mut self, item: &TxItem) {
-        if let Some(req) = item.completes {
+    fn item_written(&mut self, peer: Rank, rail: usize, mut item: TxItem) {
+        if !item.reliable() {
+            if item.kind() == FrameKind::Ack as u8 {
+                let r = &mut self.peers[peer as usize].rails[rail];
+                r.ack_queued = false;
+                // Frames that arrived after this ack was stamped still need one.
+                if r.rcvd > r.ack_sent {
+                    self.queue_ack(peer, rail);
+                }
+            }
+            return;
+        }
+        if let Some(req) = item.completes.take() {
+            // An eager send is complete once written; keep a copy in case the rail breaks
+            // before the peer acknowledges it.
+            if let Body::Req(_, off, len) = item.body {
+                let mut copy = self.spare_bufs.pop().unwrap_or_default();
+                copy.clear();
+                if let Some(r) = self.reqs.get(req) {
+                    copy.extend_from_slice(&r.buf.as_slice()[off..off + len]);
+                }
+                item.body = Body::Owned(copy);
+            }
             if let Some(r) = self.reqs.get_mut(req) {
                 let len = r.buf.as_slice().len();
-                if let ReqKind::Send(s) = &mut r.kind {
-                    s.unwritten = 0;
-                }
-                let st = crate::Status {
+                r.completion = Completion::Done(crate::Status {
                     source: self.me,
                     src_ep: u16::from_le_bytes([item.hdr[6], item.hdr[7]]),
                     tag: u64::from_le_bytes(item.hdr[24..32].try_into().unwrap()),
                     len,
                     truncated: false,
-                };
-                r.completion = Completion::Done(st);
+                });
             }
-            return;
         }
-        if let Some((req, _, len)) = item.payload {
-            self.data_written(req, len);
-        }
+        item.reset();
+        let r = &mut self.peers[peer as usize].rails[rail];
+        r.log.push_back(item);
+        r.logged += 1;
     }
 
-    fn data_written(&mut self, req: ReqId, len: usize) {
+    /// The peer has received `count` reliable frames on `rail` (cumulative).
+    pub(crate) fn handle_ack(
+        &mut self,
+        peer: Rank,
+        rail: usize,
+        count: u64,
+    ) -> Result<(), ProtoError> {
+        let mut r = &mut self.peers[peer as usize].rails[rail];
+        if count <= r.acked {
+            return Ok(());
+        }
+        if count > r.logged {
+            return Err(ProtoError::Unexpected {
+                peer,
+                rail,
+                seq: count,
+                what: "acknowledgement of frames never sent",
+            });
+        }
+        while r.acked < count {
+            r.acked += 1;
+            let item = r
+                .log
+                .pop_front()
+                .expect("log holds every unacknowledged frame");
+            match item.body {
+                Body::Req(req, _, len) => {
+                    self.data_acked(req, len);
+                }
+                Body::Owned(v) => {
+                    if self.spare_bufs.len() < 64 {
+                        self.spare_bufs.push(v);
+                    }
+                }
+                Body::None => {}
+            }
+            r = &mut self.peers[peer as usize].rails[rail];
+        }
+        Ok(())
+    }
+
+    fn data_acked(&mut self, req: ReqId, len: usize) {
         let me = self.me;
         if let Some(r) = self.reqs.get_mut(req) {
             let total = r.buf.as_slice().len();
             if let ReqKind::Send(s) = &mut r.kind {
-                s.unwritten -= len;
-                if s.unwritten == 0 {
+                s.unacked -= len.min(s.unacked);
+                if s.unacked == 0 && r.completion == Completion::Pending {
                     r.completion = Completion::Done(crate::Status {
                         source: me,
                         src_ep: 0,
@@ -161,10 +284,9 @@ impl<B: Buffer> Core<B> {
             None => return,
         };
         if len == 0 {
-            self.data_written(req, 0);
+            self.data_acked(req, 0);
             return;
         }
-        let n = self.peers[peer as usize].rails.len();
         match self.cfg.policy {
             Policy::Adaptive => {
                 self.peers[peer as usize].pull_q.push_back(PullJob {
@@ -177,35 +299,47 @@ impl<B: Buffer> Core<B> {
             }
             Policy::Bind | Policy::RoundRobin => {
                 let rail = self.pick_rail(peer);
-                self.enqueue_data(peer, rail, req, seq, 0, len);
+                self.enqueue_data(peer, rail, req, seq, 0, len, len);
             }
             Policy::Stripe => {
-                let part = len.div_ceil(n);
-                for rail in 0..n {
-                    let off = rail * part;
+                let live: Vec<usize> = self.live_rails(peer);
+                if live.is_empty() {
+                    self.enqueue_data(peer, None, req, seq, 0, len, len);
+                    return;
+                }
+                let part = len.div_ceil(live.len());
+                for (i, &rail) in live.iter().enumerate() {
+                    let off = i * part;
                     if off >= len {
                         break;
                     }
-                    self.enqueue_data(peer, rail, req, seq, off, part.min(len - off));
+                    self.enqueue_data(peer, Some(rail), req, seq, off, part.min(len - off), len);
                 }
             }
         }
     }
 
+    pub(crate) fn live_rails(&self, peer: Rank) -> Vec<usize> {
+        let p = &self.peers[peer as usize];
+        (0..p.rails.len()).filter(|&r| p.rails[r].up).collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn enqueue_data(
         &mut self,
         peer: Rank,
-        rail: usize,
+        rail: Option<usize>,
         req: ReqId,
         seq: u64,
         off: usize,
         len: usize,
+        msg_len: usize,
     ) {
         let max = self.cfg.max_chunk;
         let mut at = off;
         while at < off + len {
             let n = max.min(off + len - at);
-            self.enqueue(peer, rail, data_item(req, seq, at, n));
+            self.enqueue_on(peer, rail, data_item(req, seq, at, n, at + n == msg_len));
             at += n;
         }
     }
@@ -214,7 +348,7 @@ impl<B: Buffer> Core<B> {
     /// (guided self-scheduling) so that all rails finish together.
     fn pull(&mut self, peer: Rank, rail: usize) {
         let p = &mut self.peers[peer as usize];
-        let rails = p.rails.len();
+        let rails = p.rails.iter().filter(|r| r.up).count().max(1);
         let Some(job) = p.pull_q.front_mut() else {
             return;
         };
@@ -222,7 +356,7 @@ impl<B: Buffer> Core<B> {
         let n = (left / (2 * rails))
             .clamp(self.cfg.min_chunk, self.cfg.max_chunk)
             .min(left);
-        let item = data_item(job.req, job.seq, job.next, n);
+        let item = data_item(job.req, job.seq, job.next, n, job.next + n == job.end);
         job.next += n;
         if job.next == job.end {
             p.pull_q.pop_front();
@@ -231,12 +365,103 @@ impl<B: Buffer> Core<B> {
         r.queued += item.total_len();
         r.tx.push_back(item);
     }
+
+    /// Queues an explicit acknowledgement on `rail`, ahead of queued data.
+    pub(crate) fn queue_ack(&mut self, peer: Rank, rail: usize) {
+        let r = &mut self.peers[peer as usize].rails[rail];
+        if r.ack_queued || !r.up {
+            return;
+        }
+        r.ack_queued = true;
+        r.bytes_since_ack = 0;
+        let item = TxItem::new(FrameHeader::new(FrameKind::Ack), Body::None, None);
+        let at = match r.tx.front() {
+            Some(f) if f.sent > 0 => 1,
+            _ => 0,
+        };
+        r.queued += item.total_len();
+        r.tx.insert(at, item);
+        self.mark_dirty(peer);
+    }
+
+    /// `rail` to `peer` broke. Everything it had not had acknowledged, and everything still
+    /// queued on it, goes to the other rails (or waits for one to come back); the receiver drops
+    /// what turns out to be duplicates.
+    pub fn rail_down(&mut self, peer: Rank, rail: usize) {
+        let p = &mut self.peers[peer as usize];
+        let Some(r) = p.rails.get_mut(rail) else {
+            return;
+        };
+        if !r.up {
+            return;
+        }
+        r.up = false;
+        let mut resend: Vec<TxItem> = r.log.drain(..).chain(r.tx.drain(..)).collect();
+        r.queued = 0;
+        r.ack_queued = false;
+        r.acked = 0;
+        r.logged = 0;
+        r.rcvd = 0;
+        r.ack_sent = 0;
+        r.bytes_since_ack = 0;
+        // A payload cut off mid-way will come again: remember where it was going.
+        if let Some((seq, dest)) = r.rx.take_partial_eager() {
+            p.incomplete.insert(seq, dest);
+        }
+        r.rx.reset();
+        self.resends += resend.iter().filter(|i| i.reliable()).count() as u64;
+        for mut item in resend.drain(..) {
+            if !item.reliable() {
+                continue;
+            }
+            item.reset();
+            item.hdr[5] &= !FLAG_ACK_REQ;
+            let rail = self.pick_rail(peer);
+            self.enqueue_on(peer, rail, item);
+        }
+    }
+
+    /// `rail` to `peer` is connected again (a fresh stream): it carries traffic from now on.
+    pub fn rail_up(&mut self, peer: Rank, rail: usize) {
+        let p = &mut self.peers[peer as usize];
+        let Some(r) = p.rails.get_mut(rail) else {
+            return;
+        };
+        if r.up {
+            return;
+        }
+        r.up = true;
+        r.rx.reset();
+        r.tx.clear();
+        r.log.clear();
+        r.queued = 0;
+        let parked: Vec<TxItem> = p.parked.drain(..).collect();
+        for item in parked {
+            self.enqueue_on(peer, Some(rail), item);
+        }
+        self.mark_dirty(peer);
+    }
+
+    pub fn rail_is_up(&self, peer: Rank, rail: usize) -> bool {
+        self.peers[peer as usize]
+            .rails
+            .get(rail)
+            .is_some_and(|r| r.up)
+    }
+
+    /// Frames resent because a rail broke (since start).
+    pub fn resent_frames(&self) -> u64 {
+        self.resends
+    }
 }
 
-fn data_item(req: ReqId, seq: u64, off: usize, len: usize) -> TxItem {
+fn data_item(req: ReqId, seq: u64, off: usize, len: usize, last: bool) -> TxItem {
     let mut h = FrameHeader::new(FrameKind::Data);
     h.seq = seq;
     h.value = off as u64;
     h.payload_len = len as u32;
-    TxItem::new(h, Some((req, off, len)), None)
+    if last {
+        h.flags |= FLAG_ACK_REQ;
+    }
+    TxItem::new(h, Body::Req(req, off, len), None)
 }

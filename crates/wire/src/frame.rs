@@ -1,4 +1,4 @@
-//! The frame header: 40 bytes in front of every eager message, rendezvous control message and data
+//! The frame header: 48 bytes in front of every eager message, rendezvous control message and data
 //! chunk. It carries its own length so a newer peer can append fields an older one skips.
 //!
 //! ```text
@@ -7,14 +7,18 @@
 //! 12  payload_len u32
 //! 16  seq u64         per sender->receiver pair; orders matching across rails
 //! 24  tag u64
-//! 32  value u64       Eager/Rts: message length; Data: offset of the chunk; Cts: receive token
+//! 32  value u64       Eager/Rts: message length; Data: offset of the chunk; Ack: frames received
+//! 40  ack u64         frames the sender of this frame has received on this rail (piggybacked ack)
 //! ```
 
 use crate::{u16_at, u32_at, u64_at, WireError};
 
 pub const MAGIC: [u8; 2] = *b"HX";
 pub const VERSION: u8 = 1;
-pub const HEADER_LEN: usize = 40;
+pub const HEADER_LEN: usize = 48;
+
+/// Flag: the receiver should acknowledge promptly (e.g. the last chunk of a message).
+pub const FLAG_ACK_REQ: u8 = 1;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +36,8 @@ pub enum FrameKind {
     Heartbeat = 5,
     /// Orderly close of a rail.
     Bye = 6,
+    /// Explicit acknowledgement: `value` frames received on this rail; no payload.
+    Ack = 7,
 }
 
 impl FrameKind {
@@ -43,6 +49,7 @@ impl FrameKind {
             4 => FrameKind::Data,
             5 => FrameKind::Heartbeat,
             6 => FrameKind::Bye,
+            7 => FrameKind::Ack,
             found => return Err(WireError::UnknownKind { found }),
         })
     }
@@ -59,6 +66,7 @@ pub struct FrameHeader {
     pub seq: u64,
     pub tag: u64,
     pub value: u64,
+    pub ack: u64,
 }
 
 impl FrameHeader {
@@ -72,6 +80,7 @@ impl FrameHeader {
             seq: 0,
             tag: 0,
             value: 0,
+            ack: 0,
         }
     }
 
@@ -112,6 +121,7 @@ impl FrameHeader {
             seq: u64_at(buf, 16),
             tag: u64_at(buf, 24),
             value: u64_at(buf, 32),
+            ack: u64_at(buf, 40),
         };
         h.check()?;
         Ok((h, header_len))
@@ -129,7 +139,11 @@ impl FrameHeader {
             FrameKind::Eager if self.value != self.payload_len as u64 => {
                 bad("message length != payload_len", self.value)
             }
-            FrameKind::Rts | FrameKind::Cts | FrameKind::Heartbeat | FrameKind::Bye
+            FrameKind::Rts
+            | FrameKind::Cts
+            | FrameKind::Heartbeat
+            | FrameKind::Bye
+            | FrameKind::Ack
                 if self.payload_len != 0 =>
             {
                 bad("payload_len", self.payload_len as u64)
@@ -156,6 +170,7 @@ impl FrameHeader {
         out[16..24].copy_from_slice(&self.seq.to_le_bytes());
         out[24..32].copy_from_slice(&self.tag.to_le_bytes());
         out[32..40].copy_from_slice(&self.value.to_le_bytes());
+        out[40..48].copy_from_slice(&self.ack.to_le_bytes());
     }
 
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
@@ -169,13 +184,14 @@ impl FrameHeader {
 mod tests {
     use super::*;
 
-    const EAGER_BYTES: [u8; 40] = [
-        b'H', b'X', 1, 40, 1, 0, // magic, version, header_len, kind, flags
+    const EAGER_BYTES: [u8; 48] = [
+        b'H', b'X', 1, 48, 1, 0, // magic, version, header_len, kind, flags
         3, 0, 7, 0, 0, 0, // src_ep 3, dst_ep 7, reserved
         5, 0, 0, 0, // payload_len 5
         0x2a, 0, 0, 0, 0, 0, 0, 0, // seq 42
         0xef, 0xbe, 0xad, 0xde, 0, 0, 0, 0, // tag 0xdeadbeef
         5, 0, 0, 0, 0, 0, 0, 0, // value 5
+        9, 1, 0, 0, 0, 0, 0, 0, // ack 265
     ];
 
     fn eager() -> FrameHeader {
@@ -188,6 +204,7 @@ mod tests {
             seq: 42,
             tag: 0xdead_beef,
             value: 5,
+            ack: 265,
         }
     }
 
@@ -198,7 +215,7 @@ mod tests {
 
     #[test]
     fn parse_fixed_bytes() {
-        assert_eq!(FrameHeader::parse(&EAGER_BYTES), Ok((eager(), 40)));
+        assert_eq!(FrameHeader::parse(&EAGER_BYTES), Ok((eager(), 48)));
     }
 
     #[test]
@@ -215,7 +232,7 @@ mod tests {
 
     #[test]
     fn truncated_is_not_fatal() {
-        for n in 0..40 {
+        for n in 0..48 {
             assert!(
                 matches!(
                     FrameHeader::parse(&EAGER_BYTES[..n]),
@@ -224,17 +241,17 @@ mod tests {
             );
         }
         assert!(matches!(
-            FrameHeader::parse(&EAGER_BYTES[..39]),
-            Err(WireError::Truncated { need: 40, have: 39 })
+            FrameHeader::parse(&EAGER_BYTES[..47]),
+            Err(WireError::Truncated { need: 48, have: 47 })
         ));
     }
 
     #[test]
     fn extension_bytes_are_skipped() {
-        let mut b = [0u8; 48];
-        b[..40].copy_from_slice(&EAGER_BYTES);
-        b[3] = 48;
-        assert_eq!(FrameHeader::parse(&b), Ok((eager(), 48)));
+        let mut b = [0u8; 56];
+        b[..48].copy_from_slice(&EAGER_BYTES);
+        b[3] = 56;
+        assert_eq!(FrameHeader::parse(&b), Ok((eager(), 56)));
     }
 
     #[test]

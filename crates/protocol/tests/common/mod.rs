@@ -46,6 +46,20 @@ pub fn run_scenario(
     msgs: &[Msg],
     seed: u64,
 ) -> Result<(), String> {
+    run_scenario_with_faults(ranks, rails, cfg, msgs, seed, 0).map(|_| ())
+}
+
+/// As [`run_scenario`], and about once in `1 / cut_rate` steps a random rail of a random pair is
+/// cut (and later restored), at any point of any transfer. Even all rails of a pair may be down
+/// for a while; every cut rail comes back before the end.
+pub fn run_scenario_with_faults(
+    ranks: usize,
+    rails: usize,
+    cfg: Config,
+    msgs: &[Msg],
+    seed: u64,
+    cut_every: usize,
+) -> Result<u64, String> {
     let mut rng = Rng::new(seed ^ 0xabcdef);
     let mut sim = Cluster::new(ranks, rails, cfg, seed);
     let ordered: Vec<bool> = (0..ranks * ranks).map(|_| rng.range(0, 1) == 0).collect();
@@ -94,6 +108,7 @@ pub fn run_scenario(
         }
     }
 
+    let mut down: Vec<(usize, usize, usize)> = Vec::new();
     let mut sends: Vec<Option<ReqId>> = vec![None; msgs.len()];
     let mut next_send = 0;
     let mut next_post = 0;
@@ -127,8 +142,35 @@ pub fn run_scenario(
             _ => {
                 for _ in 0..rng.range(1, 50) {
                     sim.step().map_err(|e| e.to_string())?;
+                    if cut_every > 0 {
+                        faults(&mut sim, &mut rng, &mut down, cut_every);
+                    }
                 }
             }
+        }
+    }
+    // With faults: keep cutting for a while, restore whenever nothing can move (every rail of
+    // some pair may be down), and restore everything after enough chaos.
+    let mut steps = 0u64;
+    while cut_every > 0 && steps < 5_000_000 {
+        let finished = expects
+            .iter()
+            .all(|e| !sim.cores[e.dst as usize].is_pending(e.req.unwrap()))
+            && sends
+                .iter()
+                .zip(msgs)
+                .all(|(r, m)| !sim.cores[m.src as usize].is_pending(r.unwrap()));
+        if finished {
+            break;
+        }
+        steps += 1;
+        let moved = sim.step().map_err(|e| e.to_string())?;
+        if !moved || steps > 200_000 {
+            for (a, b, r) in down.drain(..) {
+                sim.restore(a, b, r);
+            }
+        } else if steps.is_multiple_of(7) {
+            faults(&mut sim, &mut rng, &mut down, cut_every);
         }
     }
     let done = sim
@@ -143,7 +185,12 @@ pub fn run_scenario(
         })
         .map_err(|e| e.to_string())?;
     if !done {
-        return Err(format!("stalled after {} steps", sim.steps));
+        let dump: Vec<String> = sim.cores.iter().map(|c| c.debug_dump()).collect();
+        return Err(format!(
+            "stalled after {} steps: {}",
+            sim.steps,
+            dump.join("\n")
+        ));
     }
     for e in &expects {
         let m = &msgs[e.msg];
@@ -168,6 +215,7 @@ pub fn run_scenario(
             other => return Err(format!("send {i} ended {:?}", other.map(|o| o.0))),
         }
     }
+    let resent: u64 = sim.cores.iter().map(|c| c.resent_frames()).sum();
     for c in &sim.cores {
         if c.live_requests() != 0 || c.held_messages() != 0 {
             return Err(format!(
@@ -178,7 +226,7 @@ pub fn run_scenario(
             ));
         }
     }
-    Ok(())
+    Ok(resent)
 }
 
 pub fn small_config(policy: Policy, rng: &mut Rng) -> Config {
@@ -190,5 +238,26 @@ pub fn small_config(policy: Policy, rng: &mut Rng) -> Config {
         max_chunk: min_chunk + rng.range(0, 32 * 1024),
         min_chunk,
         stage_size: rng.range(80, 8192),
+    }
+}
+
+/// Maybe cuts a random rail, maybe restores a cut one.
+fn faults(sim: &mut Cluster, rng: &mut Rng, down: &mut Vec<(usize, usize, usize)>, every: usize) {
+    if rng.range(0, every) != 0 {
+        return;
+    }
+    if !down.is_empty() && rng.range(0, 1) == 0 {
+        let i = rng.range(0, down.len() - 1);
+        let (a, b, r) = down.swap_remove(i);
+        sim.restore(a, b, r);
+        return;
+    }
+    let a = rng.range(0, sim.ranks() - 1);
+    let b = (a + rng.range(1, sim.ranks() - 1)) % sim.ranks();
+    let r = rng.range(0, sim.rails() - 1);
+    let (a, b) = (a.min(b), a.max(b));
+    if !down.contains(&(a, b, r)) {
+        sim.cut(a, b, r);
+        down.push((a, b, r));
     }
 }
