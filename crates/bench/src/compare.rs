@@ -1,0 +1,998 @@
+//! `hxcomm bench compare`: hxcomm side by side with raw TCP (iperf3, busy-polling sockperf) and,
+//! with `--mpi`, Open MPI and MPICH, over the same testbed rails in one run.
+//!
+//! Run as root, not under `hxcomm run`: for each rail count it brings up (or reuses) the testbed
+//! `--name` (2 hosts), measures every tool `--runs` times, interleaved, and prints a table of
+//! medians: each hxcomm figure, the raw-TCP figure, hxcomm as a share of raw TCP and of the wire
+//! limit (R x the iperf3 single-rail figure measured in the run, and R x the nominal rate), CPU
+//! seconds per GB against iperf3's, and the MPI figures. The testbed is taken down at the end,
+//! also on error or Ctrl-C, unless `--keep`.
+
+mod parse;
+mod proc;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use self::parse::{median, ratio};
+use self::proc::{in_ns, Job};
+
+const MPI_OSU_C: &str = include_str!("../../../bench/mpi_osu.c");
+const NETNS_RSH: &str = include_str!("../../../bench/netns-rsh");
+
+const BW_SIZE: usize = 4 << 20;
+const BW_WINDOW: usize = 64;
+const LAT_SIZE: usize = 8;
+/// sockperf's smallest message (its own header); hxcomm and MPI use 8 B.
+const SOCKPERF_SIZE: usize = 14;
+const LAT_ITERS: u32 = 50_000;
+const IPERF_PORT: u16 = 5301;
+const SOCKPERF_PORT: u16 = 11311;
+const POLICIES: [&str; 4] = ["bind", "rr", "stripe", "adaptive"];
+
+/// Options of `hxcomm bench compare`.
+#[derive(Args, Debug, Clone)]
+pub struct CompareOpts {
+    /// Testbed name (namespaces NAME0, NAME1); made for the run, removed after it.
+    #[arg(long, default_value = "hxc")]
+    pub name: String,
+    /// Rail counts to measure, one testbed each.
+    #[arg(long, default_value = "1,2,4")]
+    pub rails: String,
+    /// Rail rate (`1gbit`, `none`, or one per rail), as for `hxcomm net up`.
+    #[arg(long, default_value = "1gbit")]
+    pub rate: String,
+    /// Rail MTU.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u32,
+    /// Runs per rail count; the table shows medians.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Which measurements: any of bw, bibw, latency.
+    #[arg(long, default_value = "bw,bibw,latency")]
+    pub tests: String,
+    /// Seconds per bandwidth measurement (iperf3 -t, and hxcomm/MPI iterations sized to match).
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u32,
+    /// Also measure Open MPI and MPICH (bench/mpi_osu.c); installs them if missing.
+    #[arg(long)]
+    pub mpi: bool,
+    /// hxcomm under every policy (bind, rr, stripe, adaptive), not only the default.
+    #[arg(long)]
+    pub all_policies: bool,
+    /// One JSON object per measurement (and per summary row) on stdout; the table goes to stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// Leave the testbed up at the end.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Test {
+    Bw,
+    Bibw,
+    Latency,
+}
+
+impl Test {
+    fn name(self) -> &'static str {
+        match self {
+            Test::Bw => "bw",
+            Test::Bibw => "bibw",
+            Test::Latency => "latency",
+        }
+    }
+    fn bytes(self) -> usize {
+        if self == Test::Latency {
+            LAT_SIZE
+        } else {
+            BW_SIZE
+        }
+    }
+}
+
+/// One measured figure of one tool in one run.
+#[derive(Debug, Clone)]
+struct Meas {
+    tool: &'static str,
+    policy: String,
+    test: Test,
+    rails: usize,
+    run: usize,
+    /// MB/s, or microseconds for latency.
+    value: f64,
+    cpu_per_gb: Option<f64>,
+    rails_used: Option<usize>,
+}
+
+struct Ctx {
+    o: CompareOpts,
+    exe: PathBuf,
+    dir: PathBuf,
+    tests: Vec<Test>,
+    policies: Vec<Option<&'static str>>,
+    mpis: Vec<Mpi>,
+    all: Vec<Meas>,
+    failures: Vec<String>,
+}
+
+#[derive(Clone)]
+struct Mpi {
+    tool: &'static str,
+    label: &'static str,
+    bin: PathBuf,
+}
+
+/// Takes the testbed down and removes the scratch directory when dropped (unless `--keep`).
+struct Guard {
+    exe: PathBuf,
+    name: String,
+    keep: bool,
+    dir: PathBuf,
+    up: bool,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if self.up && !self.keep {
+            eprintln!("compare: taking testbed {} down", self.name);
+            let _ = Command::new(&self.exe)
+                .args(["net", "down", "--name", &self.name])
+                .status();
+        } else if self.up {
+            eprintln!("compare: testbed {} left up (--keep)", self.name);
+        }
+    }
+}
+
+pub fn run(o: &CompareOpts) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(
+            "compare needs root (it builds network namespaces): run it with sudo, not under hxcomm run"
+                .into(),
+        );
+    }
+    if std::env::var_os("HX_RANK").is_some() {
+        return Err("compare drives its own jobs: run it directly, not under hxcomm run".into());
+    }
+    let rail_counts = parse::rail_counts(&o.rails)?;
+    for &r in &rail_counts {
+        parse::rail_rates(&o.rate, r)?;
+    }
+    let mut tests = Vec::new();
+    for t in o.tests.split(',') {
+        tests.push(match t.trim() {
+            "bw" => Test::Bw,
+            "bibw" => Test::Bibw,
+            "latency" | "lat" => Test::Latency,
+            x => return Err(format!("--tests: unknown test {x:?} (bw, bibw, latency)")),
+        });
+    }
+    tests.sort();
+    tests.dedup();
+    if o.runs == 0 {
+        return Err("--runs must be at least 1".into());
+    }
+    proc::catch_signals();
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("hxcomm-compare.{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut guard = Guard {
+        exe: exe.clone(),
+        name: o.name.clone(),
+        keep: o.keep,
+        dir: dir.clone(),
+        up: false,
+    };
+
+    let mut pkgs = vec![("iperf3", "iperf3"), ("sockperf", "sockperf")];
+    if o.mpi {
+        pkgs.extend([
+            ("mpirun.openmpi", "openmpi-bin"),
+            ("mpicc.openmpi", "libopenmpi-dev"),
+            ("mpiexec.mpich", "mpich"),
+            ("mpicc.mpich", "libmpich-dev"),
+        ]);
+    }
+    install(&pkgs)?;
+    let mut mpis = Vec::new();
+    if o.mpi {
+        mpis = build_mpi(&dir)?;
+    }
+    let policies: Vec<Option<&'static str>> = if o.all_policies {
+        POLICIES.iter().map(|p| Some(*p)).collect()
+    } else {
+        vec![None]
+    };
+    let mut cx = Ctx {
+        o: o.clone(),
+        exe,
+        dir,
+        tests,
+        policies,
+        mpis,
+        all: Vec::new(),
+        failures: Vec::new(),
+    };
+    let mut tables = Vec::new();
+    for &r in &rail_counts {
+        testbed_up(&cx, r)?;
+        guard.up = true;
+        for run in 0..o.runs {
+            eprintln!(
+                "compare: {r} rail(s) x {}, run {}/{}",
+                o.rate,
+                run + 1,
+                o.runs
+            );
+            measure_run(&mut cx, r, run)?;
+        }
+        let t = table(&cx, r);
+        // Show each table as soon as it is ready.
+        if o.json {
+            eprintln!("{t}");
+        } else {
+            println!("{t}");
+        }
+        tables.push(t);
+    }
+    if !cx.failures.is_empty() {
+        let mut f = cx.failures.clone();
+        f.dedup();
+        let msg = format!("failures:\n  {}", f.join("\n  "));
+        if o.json {
+            eprintln!("{msg}");
+        } else {
+            println!("{msg}");
+        }
+    }
+    drop(guard);
+    Ok(())
+}
+
+fn install(pkgs: &[(&str, &str)]) -> Result<(), String> {
+    let missing: Vec<&str> = pkgs
+        .iter()
+        .filter(|(bin, _)| !proc::have(bin))
+        .map(|(_, p)| *p)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "compare: installing {} (apt-get update; apt-get install -y)",
+        missing.join(" ")
+    );
+    let mut up = Command::new("apt-get");
+    up.args(["update", "-q"]);
+    proc::run(up, Duration::from_secs(600))?.into_stdout("apt-get update")?;
+    let mut inst = Command::new("apt-get");
+    inst.args(["install", "-y", "-q"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive");
+    proc::run(inst, Duration::from_secs(1200))?.into_stdout("apt-get install")?;
+    Ok(())
+}
+
+/// Writes bench/mpi_osu.c and bench/netns-rsh (embedded in the binary) to `dir` and compiles the
+/// benchmark with each MPI's compiler. An MPI whose build fails is reported and left out.
+fn build_mpi(dir: &Path) -> Result<Vec<Mpi>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let src = dir.join("mpi_osu.c");
+    std::fs::write(&src, MPI_OSU_C).map_err(|e| format!("{}: {e}", src.display()))?;
+    let rsh = dir.join("netns-rsh");
+    std::fs::write(&rsh, NETNS_RSH).map_err(|e| format!("{}: {e}", rsh.display()))?;
+    std::fs::set_permissions(&rsh, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", rsh.display()))?;
+    let mut v = Vec::new();
+    for (tool, label, cc) in [
+        ("openmpi", "Open MPI", "mpicc.openmpi"),
+        ("mpich", "MPICH", "mpicc.mpich"),
+    ] {
+        let bin = dir.join(format!("mpi_osu.{tool}"));
+        let mut c = Command::new(cc);
+        c.arg("-O2").arg("-o").arg(&bin).arg(&src);
+        match proc::run(c, Duration::from_secs(120)).and_then(|d| d.into_stdout(cc)) {
+            Ok(_) => v.push(Mpi { tool, label, bin }),
+            Err(e) => eprintln!("compare: {label} left out: {e}"),
+        }
+    }
+    Ok(v)
+}
+
+fn net_status(cx: &Ctx) -> Option<Value> {
+    let mut c = Command::new(&cx.exe);
+    c.args(["net", "status", "--json", "--name", &cx.o.name]);
+    let d = proc::run(c, Duration::from_secs(30)).ok()?;
+    if !d.ok {
+        return None;
+    }
+    serde_json::from_str(&d.stdout).ok()
+}
+
+/// Brings up a 2-host testbed with `r` rails, or keeps the one that is up if it matches.
+fn testbed_up(cx: &Ctx, r: usize) -> Result<(), String> {
+    let want_rates: Vec<String> = {
+        let l: Vec<&str> = cx.o.rate.split(',').map(str::trim).collect();
+        (0..r)
+            .map(|i| l.get(i).unwrap_or(l.last().unwrap()).to_ascii_lowercase())
+            .collect()
+    };
+    if let Some(s) = net_status(cx) {
+        let rails = s["rails"].as_array().cloned().unwrap_or_default();
+        let rates: Vec<String> = rails
+            .iter()
+            .map(|x| x["rate"].as_str().unwrap_or("").to_ascii_lowercase())
+            .collect();
+        if s["hosts"].as_array().map(Vec::len) == Some(2)
+            && s["mtu"].as_u64() == Some(cx.o.mtu as u64)
+            && rates == want_rates
+            && s["delay"].is_null()
+        {
+            eprintln!("compare: reusing testbed {} ({r} rails)", cx.o.name);
+            return Ok(());
+        }
+    }
+    let mut c = Command::new(&cx.exe);
+    c.args(["net", "up", "--hosts", "2", "--name", &cx.o.name])
+        .args(["--rails", &r.to_string(), "--rate", &cx.o.rate])
+        .args(["--mtu", &cx.o.mtu.to_string()]);
+    let out = proc::run(c, Duration::from_secs(120))?.into_stdout("hxcomm net up")?;
+    eprint!("compare: {out}");
+    Ok(())
+}
+
+/// Bytes (tx + rx) each rail of host 0 has carried so far.
+fn rail_bytes(cx: &Ctx) -> Option<Vec<u64>> {
+    let s = net_status(cx)?;
+    let rails = s["hosts"][0]["rails"].as_array()?;
+    Some(
+        rails
+            .iter()
+            .map(|x| x["tx_bytes"].as_u64().unwrap_or(0) + x["rx_bytes"].as_u64().unwrap_or(0))
+            .collect(),
+    )
+}
+
+/// How many rails carried at least a tenth of what the busiest rail carried.
+fn rails_used(before: Option<Vec<u64>>, after: Option<Vec<u64>>) -> Option<usize> {
+    let (b, a) = (before?, after?);
+    let d: Vec<u64> = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect();
+    let max = *d.iter().max()?;
+    if max < 1 << 20 {
+        return Some(0);
+    }
+    Some(d.iter().filter(|&&x| x * 10 >= max).count())
+}
+
+impl Ctx {
+    fn host(&self, k: u32) -> String {
+        format!("{}{k}", self.o.name)
+    }
+
+    fn record(&mut self, m: Meas) {
+        let unit = if m.test == Test::Latency {
+            format!("{:.2} us", m.value)
+        } else {
+            format!("{:.1} MB/s", m.value)
+        };
+        eprintln!(
+            "compare:   {:<9} {:<8}{} {unit}{}{}",
+            m.tool,
+            m.test.name(),
+            if m.policy.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", m.policy)
+            },
+            m.cpu_per_gb
+                .map(|c| format!(", {c:.3} CPU-s/GB"))
+                .unwrap_or_default(),
+            m.rails_used
+                .map(|u| format!(", {u}/{} rails carried traffic", m.rails))
+                .unwrap_or_default(),
+        );
+        if self.o.json {
+            let mut v = json!({
+                "tool": m.tool, "bench": m.test.name(), "bytes": m.test.bytes(),
+                "rails": m.rails, "rate": self.o.rate, "mtu": self.o.mtu, "run": m.run,
+            });
+            if m.tool == "sockperf" {
+                v["bytes"] = json!(SOCKPERF_SIZE);
+            }
+            let key = if m.test == Test::Latency {
+                "usec"
+            } else {
+                "mb_per_s"
+            };
+            v[key] = json!((m.value * 1000.0).round() / 1000.0);
+            if !m.policy.is_empty() {
+                v["policy"] = json!(m.policy);
+            }
+            if let Some(c) = m.cpu_per_gb {
+                v["cpu_s_per_gb"] = json!((c * 1000.0).round() / 1000.0);
+            }
+            if let Some(u) = m.rails_used {
+                v["rails_used"] = json!(u);
+            }
+            println!("{v}");
+        }
+        self.all.push(m);
+    }
+
+    fn fail(&mut self, what: String) {
+        eprintln!("compare:   FAILED {what}");
+        self.failures.push(what);
+    }
+
+    /// Nominal aggregate MB/s of `r` rails (None for unlimited rails).
+    fn nominal(&self, r: usize) -> Option<f64> {
+        parse::rail_rates(&self.o.rate, r)
+            .ok()
+            .flatten()
+            .map(|v| v.iter().sum())
+    }
+
+    /// A guess of the one-way aggregate, to size bandwidth iterations.
+    fn expected_mb_per_s(&self, r: usize) -> f64 {
+        self.nominal(r).map(|n| n * 0.956).unwrap_or(2000.0)
+    }
+}
+
+fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
+    let need_single = r > 1
+        && cx.tests.contains(&Test::Bw)
+        && cx.nominal(1).is_some()
+        && !parse::rail_counts(&cx.o.rails)
+            .unwrap_or_default()
+            .contains(&1);
+    for &t in &cx.tests.clone() {
+        let res = match t {
+            Test::Bw | Test::Bibw => iperf(cx, r, r, t == Test::Bibw).map(|(v, cpu)| Meas {
+                tool: "iperf3",
+                policy: String::new(),
+                test: t,
+                rails: r,
+                run,
+                value: v,
+                cpu_per_gb: cpu,
+                rails_used: None,
+            }),
+            Test::Latency => sockperf(cx).map(|v| Meas {
+                tool: "sockperf",
+                policy: String::new(),
+                test: t,
+                rails: r,
+                run,
+                value: v,
+                cpu_per_gb: None,
+                rails_used: None,
+            }),
+        };
+        match res {
+            Ok(m) => cx.record(m),
+            Err(e) => {
+                proc::check_interrupted()?;
+                cx.fail(format!("{r} rails: raw TCP {}: {e}", t.name()))
+            }
+        }
+    }
+    if need_single {
+        match iperf(cx, r, 1, false) {
+            Ok((v, cpu)) => cx.record(Meas {
+                tool: "iperf3-1",
+                policy: String::new(),
+                test: Test::Bw,
+                rails: r,
+                run,
+                value: v,
+                cpu_per_gb: cpu,
+                rails_used: None,
+            }),
+            Err(e) => {
+                proc::check_interrupted()?;
+                cx.fail(format!("{r} rails: iperf3 single rail: {e}"))
+            }
+        }
+    }
+    for p in cx.policies.clone() {
+        for &t in &cx.tests.clone() {
+            let before = rail_bytes(cx);
+            match hxcomm(cx, r, t, p) {
+                Ok(h) => {
+                    let used = if t == Test::Latency {
+                        None
+                    } else {
+                        rails_used(before, rail_bytes(cx))
+                    };
+                    cx.record(Meas {
+                        tool: "hxcomm",
+                        policy: h.policy,
+                        test: t,
+                        rails: r,
+                        run,
+                        value: h.value,
+                        cpu_per_gb: Some(h.cpu_s_per_gb),
+                        rails_used: used,
+                    })
+                }
+                Err(e) => {
+                    proc::check_interrupted()?;
+                    cx.fail(format!("{r} rails: hxcomm {}: {e}", t.name()))
+                }
+            }
+        }
+    }
+    for m in cx.mpis.clone() {
+        let before = rail_bytes(cx);
+        match mpi(cx, r, &m) {
+            Ok(lines) => {
+                let used = rails_used(before, rail_bytes(cx));
+                for l in lines {
+                    let t = match l.bench.as_str() {
+                        "bw" => Test::Bw,
+                        "bibw" => Test::Bibw,
+                        _ => Test::Latency,
+                    };
+                    cx.record(Meas {
+                        tool: m.tool,
+                        policy: String::new(),
+                        test: t,
+                        rails: r,
+                        run,
+                        value: if t == Test::Latency {
+                            l.usec
+                        } else {
+                            l.mb_per_s
+                        },
+                        cpu_per_gb: Some(l.cpu_s_per_gb),
+                        rails_used: if t == Test::Latency { None } else { used },
+                    });
+                }
+            }
+            Err(e) => {
+                proc::check_interrupted()?;
+                cx.fail(format!("{r} rails: {}: {e}", m.label))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// iperf3 over the first `streams` rails at once: one server per rail in host 1 bound to its rail
+/// address, one client per rail in host 0. Returns the summed receiver MB/s (both directions with
+/// `bidir`) and CPU seconds per GB of all clients and servers.
+fn iperf(cx: &Ctx, _r: usize, streams: usize, bidir: bool) -> Result<(f64, Option<f64>), String> {
+    let (h0, h1) = (cx.host(0), cx.host(1));
+    let mut servers = Vec::new();
+    for i in 0..streams {
+        let addr = format!("10.10.{i}.2");
+        let port = (IPERF_PORT + i as u16).to_string();
+        servers.push(Job::spawn(in_ns(
+            &h1,
+            "iperf3",
+            &["-s", "-1", "-B", &addr, "-p", &port],
+        ))?);
+    }
+    for i in 0..streams {
+        proc::wait_listening(
+            &h1,
+            &format!("10.10.{i}.2"),
+            IPERF_PORT + i as u16,
+            Duration::from_secs(10),
+        )?;
+    }
+    let secs = cx.o.seconds.to_string();
+    let mut clients = Vec::new();
+    for i in 0..streams {
+        let (addr, src) = (format!("10.10.{i}.2"), format!("10.10.{i}.1"));
+        let port = (IPERF_PORT + i as u16).to_string();
+        let mut args = vec!["-c", &addr, "-B", &src, "-p", &port, "-t", &secs, "-J"];
+        if bidir {
+            args.push("--bidir");
+        }
+        clients.push(Job::spawn(in_ns(&h0, "iperf3", &args))?);
+    }
+    let (mut mb, mut bytes, mut cpu) = (0.0, 0.0, 0.0);
+    let timeout = Duration::from_secs(cx.o.seconds as u64 + 30);
+    for (i, c) in clients.into_iter().enumerate() {
+        let d = c.wait(timeout)?;
+        let r = parse::iperf3(&d.stdout).map_err(|e| format!("rail {i}: {e}"))?;
+        mb += r.fwd_mb_per_s + r.rev_mb_per_s.unwrap_or(0.0);
+        bytes += r.bytes;
+        cpu += r.cpu_s;
+    }
+    for s in servers {
+        // Each server ends after its one test (-1).
+        let _ = s.wait(Duration::from_secs(10));
+    }
+    Ok((mb, (bytes > 0.0).then(|| cpu / (bytes / 1e9))))
+}
+
+/// Busy-polling sockperf ping-pong over rail 0; average latency in microseconds.
+fn sockperf(cx: &Ctx) -> Result<f64, String> {
+    let (h0, h1) = (cx.host(0), cx.host(1));
+    let port = SOCKPERF_PORT.to_string();
+    let server = Job::spawn(in_ns(
+        &h1,
+        "sockperf",
+        &["sr", "--tcp", "-i", "10.10.0.2", "-p", &port],
+    ))?;
+    proc::wait_listening(&h1, "10.10.0.2", SOCKPERF_PORT, Duration::from_secs(10))?;
+    let secs = cx.o.seconds.to_string();
+    let size = SOCKPERF_SIZE.to_string();
+    let d = proc::run(
+        in_ns(
+            &h0,
+            "sockperf",
+            &[
+                "ping-pong",
+                "--tcp",
+                "--nonblocked",
+                "-i",
+                "10.10.0.2",
+                "-p",
+                &port,
+                "-t",
+                &secs,
+                "-m",
+                &size,
+            ],
+        ),
+        Duration::from_secs(cx.o.seconds as u64 + 30),
+    )?;
+    drop(server);
+    let text = format!("{}\n{}", d.stdout, d.stderr);
+    parse::sockperf(&text).map(|s| s.avg_us)
+}
+
+fn hxcomm(cx: &Ctx, r: usize, t: Test, policy: Option<&str>) -> Result<parse::HxLine, String> {
+    let (sizes, iters, warmup) = match t {
+        Test::Latency => ("8:8".to_string(), LAT_ITERS, LAT_ITERS / 10),
+        _ => (
+            "4M:4M".to_string(),
+            parse::bw_iterations(
+                cx.o.seconds as f64,
+                cx.expected_mb_per_s(r),
+                BW_SIZE,
+                BW_WINDOW,
+            ),
+            1,
+        ),
+    };
+    let mut c = Command::new(&cx.exe);
+    c.args(["run", "-n", "2", "--net", "--name", &cx.o.name]);
+    if let Some(p) = policy {
+        c.args(["--policy", p]);
+    }
+    // A healthy run takes about `seconds` plus start-up; a hung one must not stall the comparison.
+    let limit = 6 * cx.o.seconds as u64 + 60;
+    c.args(["--timeout", &limit.to_string(), "--"])
+        .arg(&cx.exe)
+        .args(["bench", t.name(), "--sizes", &sizes, "--json"])
+        .args(["--iterations", &iters.to_string()])
+        .args(["--warmup", &warmup.to_string()])
+        .args(["--window", &BW_WINDOW.to_string()]);
+    let out = proc::run(c, Duration::from_secs(limit + 30))?.into_stdout("hxcomm run")?;
+    parse::hx_json(&out, t.name())
+}
+
+fn mpi(cx: &Ctx, r: usize, m: &Mpi) -> Result<Vec<parse::MpiLine>, String> {
+    let iters = parse::bw_iterations(
+        cx.o.seconds as f64,
+        cx.expected_mb_per_s(r),
+        BW_SIZE,
+        BW_WINDOW,
+    );
+    let tests: Vec<String> = cx
+        .tests
+        .iter()
+        .map(|t| match t {
+            Test::Latency => format!("latency:{LAT_SIZE}:{LAT_ITERS}:{}", LAT_ITERS / 10),
+            _ => format!("{}:{BW_SIZE}:{iters}:1:{BW_WINDOW}", t.name()),
+        })
+        .collect();
+    let devs: Vec<String> = (0..r).map(|i| format!("r{i}")).collect();
+    let devs = devs.join(",");
+    let hosts = format!("{},{}", cx.host(0), cx.host(1));
+    let rsh = cx.dir.join("netns-rsh");
+    let status = net_status(cx).ok_or("hxcomm net status failed")?;
+    let mut c;
+    if m.tool == "openmpi" {
+        let mgmt_net = status["mgmt_net"]
+            .as_str()
+            .ok_or("no mgmt_net in net status")?;
+        c = Command::new("mpirun.openmpi");
+        c.args(["--allow-run-as-root", "-np", "2", "--host", &hosts])
+            .args(["--map-by", "node", "--bind-to", "none"])
+            .args(["--mca", "plm_rsh_agent"])
+            .arg(&rsh)
+            .args(["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"])
+            .args(["--mca", "btl_tcp_if_include", &devs])
+            .args(["--mca", "oob_tcp_if_include", mgmt_net])
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    } else {
+        let mgmt_addr = status["mgmt_addr"]
+            .as_str()
+            .ok_or("no mgmt_addr in net status")?;
+        c = Command::new("mpiexec.mpich");
+        c.args(["-launcher", "ssh", "-launcher-exec"])
+            .arg(&rsh)
+            .args(["-localhost", mgmt_addr, "-hosts", &hosts, "-n", "2"])
+            .args(["-genv", "UCX_TLS", "tcp", "-genv", "UCX_NET_DEVICES", &devs]);
+    }
+    c.arg(&m.bin).args(&tests);
+    let out = proc::run(c, Duration::from_secs(300))?.into_stdout(m.label)?;
+    parse::mpi_osu(&out)
+}
+
+/// Medians of one tool's figure (and of its CPU cost) at `r` rails.
+fn med(
+    cx: &Ctx,
+    tool: &str,
+    policy: Option<&str>,
+    t: Test,
+    r: usize,
+) -> (Option<f64>, Option<f64>) {
+    let sel: Vec<&Meas> = cx
+        .all
+        .iter()
+        .filter(|m| m.tool == tool && m.test == t && m.rails == r)
+        .filter(|m| policy.is_none_or(|p| m.policy == p))
+        .collect();
+    let v: Vec<f64> = sel.iter().map(|m| m.value).collect();
+    let c: Vec<f64> = sel.iter().filter_map(|m| m.cpu_per_gb).collect();
+    (median(&v), median(&c))
+}
+
+fn fmt(v: Option<f64>, prec: usize) -> String {
+    v.map(|x| format!("{x:.prec$}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map(|x| format!("{:.1}%", x * 100.0))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn times(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
+}
+
+/// Renders rows as a Markdown table with padded columns.
+fn markdown(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let w: Vec<usize> = (0..n)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (k, r) in rows.iter().enumerate() {
+        out.push('|');
+        for (i, width) in w.iter().enumerate() {
+            let s = r.get(i).map(String::as_str).unwrap_or("");
+            if i == 0 {
+                out.push_str(&format!(" {s:<width$} |"));
+            } else {
+                out.push_str(&format!(" {s:>width$} |"));
+            }
+        }
+        out.push('\n');
+        if k == 0 {
+            out.push('|');
+            for (i, width) in w.iter().enumerate() {
+                let dashes = "-".repeat(*width);
+                out.push_str(&if i == 0 {
+                    format!(" {dashes} |")
+                } else {
+                    format!(" {dashes}:|")
+                });
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The summary table of `r` rails (and, with `--json`, one summary object per row).
+fn table(cx: &Ctx, r: usize) -> String {
+    let nominal = cx.nominal(r);
+    // The single-rail wire figure: iperf3 at 1 rail in this run, else the single-stream run.
+    let single = med(cx, "iperf3", None, Test::Bw, 1)
+        .0
+        .or_else(|| med(cx, "iperf3-1", None, Test::Bw, r).0);
+    let wire = single.map(|s| s * r as f64);
+    let rails_label = if r == 1 { "rail" } else { "rails" };
+    let mut head = format!(
+        "### {r} {rails_label} x {}, MTU {} (medians of {} runs)\n\n",
+        cx.o.rate, cx.o.mtu, cx.o.runs
+    );
+    match (wire, nominal) {
+        (Some(w), Some(n)) => head.push_str(&format!(
+            "Wire limit one way: {r} x {:.1} = {w:.1} MB/s measured (iperf3, one rail), {n:.1} MB/s nominal.\n\n",
+            single.unwrap_or(0.0)
+        )),
+        (None, Some(n)) => head.push_str(&format!("Wire limit one way: {n:.1} MB/s nominal.\n\n")),
+        _ => head.push_str("Unlimited rails: no wire limit; latency is the figure that counts.\n\n"),
+    }
+    let mut hdr: Vec<String> = [
+        "measurement",
+        "hxcomm",
+        "raw TCP",
+        "hx / raw",
+        "hx / wire",
+        "hx / nominal",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for m in &cx.mpis {
+        hdr.push(m.label.to_string());
+        hdr.push(format!("hx / {}", m.label));
+    }
+    hdr.push("target".into());
+    let mut rows = vec![hdr];
+    let policies: Vec<Option<&str>> = cx.policies.clone();
+    let hx_policy_label = |p: Option<&str>| p.unwrap_or("adaptive").to_string();
+    for &t in &cx.tests {
+        for &p in &policies {
+            let (hx, hx_cpu) = med(cx, "hxcomm", p, t, r);
+            let raw_tool = if t == Test::Latency {
+                "sockperf"
+            } else {
+                "iperf3"
+            };
+            let (raw, raw_cpu) = med(cx, raw_tool, None, t, r);
+            let dir = if t == Test::Bibw { 2.0 } else { 1.0 };
+            let label = match t {
+                Test::Bw => format!("bw 4 MiB, MB/s [{}]", hx_policy_label(p)),
+                Test::Bibw => format!("bibw 4 MiB, MB/s [{}]", hx_policy_label(p)),
+                Test::Latency => format!("latency 8 B, us [{}]", hx_policy_label(p)),
+            };
+            let prec = if t == Test::Latency { 2 } else { 1 };
+            let mut row = vec![
+                label,
+                fmt(hx, prec),
+                format!("{} {raw_tool}", fmt(raw, prec)),
+            ];
+            let mut verdicts = Vec::new();
+            let mut js = json!({
+                "summary": true, "bench": t.name(), "rails": r, "rate": cx.o.rate,
+                "mtu": cx.o.mtu, "runs": cx.o.runs, "policy": hx_policy_label(p),
+                "hxcomm": hx, "raw_tool": raw_tool, "raw": raw,
+                "hx_cpu_s_per_gb": hx_cpu, "raw_cpu_s_per_gb": raw_cpu,
+            });
+            if t == Test::Latency {
+                let x = ratio(hx, raw);
+                row.push(times(x));
+                row.push("-".into());
+                row.push("-".into());
+                js["hx_over_raw"] = json!(x);
+                if nominal.is_none() {
+                    if let Some(x) = x {
+                        verdicts.push(if x <= 1.15 {
+                            format!("<= 1.15x sockperf: ok ({x:.2}x)")
+                        } else {
+                            format!("<= 1.15x sockperf: MISS ({x:.2}x)")
+                        });
+                    }
+                } else {
+                    verdicts.push("(latency target is for --rate none)".into());
+                }
+            } else {
+                let x = ratio(hx, raw);
+                let w = ratio(hx, wire.map(|w| w * dir));
+                let n = ratio(hx, nominal.map(|n| n * dir));
+                row.extend([pct(x), pct(w), pct(n)]);
+                js["pct_of_raw"] = json!(x.map(|x| x * 100.0));
+                js["pct_of_wire_measured"] = json!(w.map(|x| x * 100.0));
+                js["pct_of_wire_nominal"] = json!(n.map(|x| x * 100.0));
+                let need = if t == Test::Bibw && r > 4 { 0.85 } else { 0.99 };
+                if let Some(x) = x {
+                    verdicts.push(if x >= need {
+                        format!(">= {:.0}% raw: ok", need * 100.0)
+                    } else {
+                        format!(
+                            ">= {:.0}% raw: MISS by {:.1} pts",
+                            need * 100.0,
+                            (need - x) * 100.0
+                        )
+                    });
+                }
+            }
+            for m in &cx.mpis {
+                let (mv, _) = med(cx, m.tool, None, t, r);
+                row.push(fmt(mv, prec));
+                js[m.tool] = json!(mv);
+                if t == Test::Latency {
+                    row.push(times(ratio(hx, mv)));
+                    if let (Some(h), Some(v)) = (hx, mv) {
+                        if h >= v && nominal.is_none() {
+                            verdicts.push(format!("above {}", m.label));
+                        }
+                    }
+                } else {
+                    row.push(pct(ratio(hx, mv)));
+                    if let (Some(h), Some(v)) = (hx, mv) {
+                        if h < v {
+                            verdicts.push(format!("below {}", m.label));
+                        }
+                    }
+                }
+            }
+            row.push(verdicts.join("; "));
+            if cx.o.json {
+                println!("{js}");
+            }
+            rows.push(row);
+            // CPU row after each bandwidth row.
+            if t != Test::Latency {
+                let x = ratio(hx_cpu, raw_cpu);
+                let mut crow = vec![
+                    format!("  CPU-s/GB, {} [{}]", t.name(), hx_policy_label(p)),
+                    fmt(hx_cpu, 3),
+                    format!("{} iperf3", fmt(raw_cpu, 3)),
+                    times(x),
+                    "-".into(),
+                    "-".into(),
+                ];
+                for m in &cx.mpis {
+                    let (_, mc) = med(cx, m.tool, None, t, r);
+                    crow.push(fmt(mc, 3));
+                    crow.push(times(ratio(hx_cpu, mc)));
+                }
+                crow.push(match x {
+                    Some(x) if x <= 1.5 => format!("<= 1.5x iperf3: ok ({x:.2}x)"),
+                    Some(x) => format!("<= 1.5x iperf3: MISS ({x:.2}x)"),
+                    None => String::new(),
+                });
+                rows.push(crow);
+            }
+        }
+    }
+    // Which tools did not spread over all rails (rail byte counters of host 0).
+    let mut notes = Vec::new();
+    let mut used: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
+    for m in cx.all.iter().filter(|m| m.rails == r) {
+        if let Some(u) = m.rails_used {
+            used.entry((m.tool, m.test.name()))
+                .or_default()
+                .push(u as f64);
+        }
+    }
+    for ((tool, test), v) in used {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
+        if lo < r as f64 {
+            notes.push(format!(
+                "{tool} {test}: traffic on {lo:.0}..{hi:.0} of {r} rails (host 0 byte counters)"
+            ));
+        }
+    }
+    let mut out = head + &markdown(&rows);
+    if !notes.is_empty() {
+        out.push('\n');
+        for n in notes {
+            out.push_str(&format!("- {n}\n"));
+        }
+    }
+    out
+}
