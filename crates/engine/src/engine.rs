@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use hx_bootstrap::{Bootstrap, Secret};
 use hx_protocol::{Completion, Core, EpId, ProtoError, Rank, ReqId, Status};
 use hx_transport::handshake::{self, Verdict};
+use hx_transport::shm::{self, ShmListener};
 use hx_transport::tcp::{self, RailOptions, TcpLink};
 use hx_transport::Link;
 use tracing::{debug, error, info, warn};
@@ -28,6 +29,12 @@ const T_LINK: u64 = 1 << 62;
 const T_LISTEN: u64 = 2 << 62;
 const T_PENDING: u64 = 3 << 62;
 const T_MASK: u64 = 3 << 62;
+/// Sub-kinds under T_LISTEN (bit 61): outgoing reconnections and the shared-memory listener.
+const T_CONNECT: u64 = T_LISTEN | 1 << 61;
+const T_SHM_LISTEN: u64 = T_LISTEN | 1 << 60;
+/// How often the engine looks after rails (reconnects, timeouts) while it is being called.
+const HOUSEKEEPING: Duration = Duration::from_millis(50);
+const RECONNECT_EVERY: Duration = Duration::from_millis(500);
 
 /// A nonblocking operation in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,6 +56,28 @@ struct PendingConn {
     from: String,
 }
 
+/// An outgoing reconnection of a broken rail, driven by the event loop so that it never stalls
+/// traffic on the other rails.
+struct Connecting {
+    stream: TcpStream,
+    peer: Rank,
+    rail: usize,
+    challenge: [u8; hx_wire::CHALLENGE_LEN],
+    have: usize,
+    deadline: Instant,
+}
+
+/// What the engine knows about one rail besides its link.
+#[derive(Clone)]
+struct RailMeta {
+    /// The peer closed the connection (EOF or reset) rather than the network failing.
+    closed_by_peer: bool,
+    down_since: Option<Instant>,
+    next_retry: Instant,
+    /// Shared memory: cannot be reconnected, one per peer.
+    shm: bool,
+}
+
 /// One process's communication engine.
 pub struct Engine {
     core: Core<EngineBuf>,
@@ -67,6 +96,14 @@ pub struct Engine {
     endpoints: Vec<EpId>,
     barrier_round: u64,
     finalizing: bool,
+    routes: Vec<Vec<setup::Route>>,
+    meta: Vec<Vec<RailMeta>>,
+    connecting: Vec<Option<Connecting>>,
+    shm_listener: Option<ShmListener>,
+    /// Links read and written every round (shared memory), as (peer, rail).
+    polled: Vec<(Rank, usize)>,
+    spins: u32,
+    next_housekeeping: Instant,
 }
 
 fn link_token(peer: Rank, rail: usize) -> u64 {
@@ -105,9 +142,13 @@ impl Engine {
         let mut listeners = Vec::new();
         let mut my_info = PeerInfo {
             host: setup::host_id(),
+            shm: String::new(),
             lo_port: 0,
             rails: Vec::new(),
         };
+        if settings.shm && size > 1 {
+            my_info.shm = shm::host_key().unwrap_or_default();
+        }
         if size > 1 {
             let lo = tcp::listen(Ipv4Addr::LOCALHOST, None).map_err(io_err("loopback listener"))?;
             my_info.lo_port = lo.local_addr().map_err(io_err("local_addr"))?.port();
@@ -137,6 +178,7 @@ impl Engine {
             rail_opts: RailOptions {
                 notsent_lowat: settings.notsent_lowat,
                 nodelay: true,
+                liveness: Some(settings.rail_timeout),
             },
             settings,
             dirty: Vec::new(),
@@ -144,6 +186,13 @@ impl Engine {
             endpoints: Vec::new(),
             barrier_round: 0,
             finalizing: false,
+            routes: (0..size).map(|_| Vec::new()).collect(),
+            meta: (0..size).map(|_| Vec::new()).collect(),
+            connecting: Vec::new(),
+            shm_listener: None,
+            polled: Vec::new(),
+            spins: 0,
+            next_housekeeping: Instant::now(),
         };
         if size > 1 {
             eng.connect_all(me, size, &my_info)?;
@@ -160,24 +209,57 @@ impl Engine {
         self.bootstrap
             .put(&format!("hx.rails.{me}"), &setup::encode(my_info))?;
         self.bootstrap.fence()?;
-        let mut routes = Vec::new();
+        let mut shm_peers = Vec::new();
         for p in 0..size {
             if p == me {
-                routes.push(Vec::new());
                 continue;
             }
             let info = setup::decode(p, &self.bootstrap.get(&format!("hx.rails.{p}"))?)?;
-            let r = setup::routes(my_info, p, &info, self.settings.loopback_rails)?;
-            self.core.set_rails(p, r.len());
+            let use_shm = !my_info.shm.is_empty() && info.shm == my_info.shm;
+            let r = if use_shm {
+                shm_peers.push(p);
+                vec![setup::Route::shm()]
+            } else {
+                setup::routes(my_info, p, &info, self.settings.loopback_rails)?
+            };
             let n = r.len();
+            self.core.set_rails(p, n);
             self.links[p as usize] = (0..n).map(|_| None).collect();
             self.blocked[p as usize] = vec![false; n];
             self.labels[p as usize] = r.iter().map(|r| r.label.clone()).collect();
-            routes.push(r);
+            self.meta[p as usize] = vec![
+                RailMeta {
+                    closed_by_peer: false,
+                    down_since: None,
+                    next_retry: Instant::now(),
+                    shm: use_shm,
+                };
+                n
+            ];
+            self.routes[p as usize] = r;
+        }
+        // Shared memory: lower ranks listen (an abstract socket, nothing on disk), higher connect.
+        if shm_peers.iter().any(|&p| p > me) {
+            let l = shm::listen(&shm::socket_name(&self.secret, me))
+                .map_err(io_err("shared-memory listener"))?;
+            l.set_nonblocking(true)
+                .map_err(io_err("shared-memory listener"))?;
+            self.poller
+                .add(l.as_raw_fd(), poller::IN, T_SHM_LISTEN)
+                .map_err(io_err("epoll add"))?;
+            self.shm_listener = Some(l);
         }
         // Lower ranks accept, higher ranks connect: every pair has exactly one initiator.
         for p in 0..me {
-            for (rail, route) in routes[p as usize].iter().enumerate() {
+            if shm_peers.contains(&p) {
+                let name = shm::socket_name(&self.secret, p);
+                let link = shm::connect(&name, &self.secret, me, 0, self.settings.connect_timeout)
+                    .map_err(io_err(format!("shared memory to rank {p}")))?;
+                self.install_link(p, 0, Box::new(link))?;
+                continue;
+            }
+            for rail in 0..self.routes[p as usize].len() {
+                let route = self.routes[p as usize][rail].clone();
                 let what = format!("rail {} to rank {p} ({})", route.label, route.remote);
                 let mut s = tcp::connect(
                     route.local,
@@ -201,6 +283,10 @@ impl Engine {
             }
             self.progress_once(50)?;
         }
+        // Every shared-memory peer is connected: the name can go.
+        if let Some(l) = self.shm_listener.take() {
+            self.poller.remove(l.as_raw_fd());
+        }
         debug!(rank = me, "all rails connected");
         self.bootstrap.fence()?;
         Ok(())
@@ -223,16 +309,34 @@ impl Engine {
             s.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             s.peer_addr().map(|a| a.to_string()).unwrap_or_default()
         );
-        let fd = s.as_raw_fd();
-        let link: Box<dyn Link> = Box::new(TcpLink::new(s, label));
+        self.install_link(peer, rail, Box::new(TcpLink::new(s, label)))
+    }
+
+    /// Puts a connected link in service (again) as `rail` to `peer`.
+    fn install_link(&mut self, peer: Rank, rail: usize, link: Box<dyn Link>) -> Result<(), Error> {
         self.poller
             .add(
-                fd,
+                link.fd(),
                 poller::IN | poller::OUT | poller::HUP,
                 link_token(peer, rail),
             )
             .map_err(io_err("epoll add"))?;
+        if link.polled() {
+            self.polled.push((peer, rail));
+        }
         self.links[peer as usize][rail] = Some(link);
+        self.blocked[peer as usize][rail] = false;
+        let m = &mut self.meta[peer as usize][rail];
+        if let Some(since) = m.down_since.take() {
+            info!(
+                "hxcomm rank {}: rail {} to rank {peer} is back after {:.1} s",
+                self.core.rank(),
+                self.labels[peer as usize][rail],
+                since.elapsed().as_secs_f64()
+            );
+        }
+        m.closed_by_peer = false;
+        self.core.rail_up(peer, rail);
         Ok(())
     }
 
@@ -535,8 +639,36 @@ impl Engine {
     }
 
     /// Waits up to `timeout_ms` for events, handles them, and writes what can be written.
-    /// Returns the number of events handled.
-    fn progress_once(&mut self, timeout_ms: i32) -> Result<usize, Error> {
+    /// Returns how many things happened (events, and reads on polled links).
+    fn progress_once(&mut self, mut timeout_ms: i32) -> Result<usize, Error> {
+        let mut work = 0;
+        if !self.polled.is_empty() {
+            // Shared memory moves without syscalls: look at it every round, and before
+            // sleeping ask it to signal its fd.
+            for i in 0..self.polled.len() {
+                let (p, r) = self.polled[i];
+                work += self.read_rail(p, r);
+                self.flush_rail(p, r);
+            }
+            if timeout_ms != 0 && work == 0 {
+                for i in 0..self.polled.len() {
+                    let (p, r) = self.polled[i];
+                    if let Some(l) = self.links[p as usize][r].as_mut() {
+                        if !l.arm() {
+                            timeout_ms = 0;
+                        }
+                    }
+                }
+            }
+            self.spins = self.spins.wrapping_add(1);
+            // While spinning on shared memory, look at the sockets only every few rounds.
+            if timeout_ms == 0 && !self.spins.is_multiple_of(16) {
+                self.polled
+                    .retain(|&(p, r)| self.links[p as usize][r].is_some());
+                self.flush_dirty();
+                return Ok(work);
+            }
+        }
         let n = self
             .poller
             .wait(&mut self.events, timeout_ms)
@@ -558,16 +690,24 @@ impl Engine {
                         self.flush_rail(peer, rail);
                     }
                 }
+                T_LISTEN if token & T_CONNECT == T_CONNECT => {
+                    self.advance_connect((token & 0xffff_ffff) as usize)
+                }
+                T_LISTEN if token & T_SHM_LISTEN == T_SHM_LISTEN => self.shm_accept(),
                 T_LISTEN => self.accept((token & !T_MASK) as usize),
                 T_PENDING => self.advance_handshake((token & !T_MASK) as usize),
                 _ => {}
             }
         }
-        if !self.pending.is_empty() {
-            self.expire_handshakes();
+        let now = Instant::now();
+        if now >= self.next_housekeeping {
+            self.next_housekeeping = now + HOUSEKEEPING;
+            self.housekeeping(now);
         }
+        self.polled
+            .retain(|&(p, r)| self.links[p as usize][r].is_some());
         self.flush_dirty();
-        Ok(n)
+        Ok(n + work)
     }
 
     fn flush_dirty(&mut self) {
@@ -585,14 +725,16 @@ impl Engine {
     fn flush_rail(&mut self, peer: Rank, rail: usize) {
         let p = peer as usize;
         loop {
-            if self.blocked[p].get(rail).copied().unwrap_or(true)
-                || !self.core.tx_pending(peer, rail)
-            {
+            if !self.core.tx_pending(peer, rail) {
                 return;
             }
-            let Some(link) = self.links[p][rail].as_mut() else {
+            let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.as_mut()) else {
                 return;
             };
+            // Sockets wait for EPOLLOUT once full; shared memory is simply tried again.
+            if self.blocked[p][rail] && !link.polled() {
+                return;
+            }
             let mut iov = [IoSlice::new(&[]); 64];
             let cnt = self.core.tx_iovecs(peer, rail, &mut iov);
             if cnt == 0 {
@@ -613,67 +755,275 @@ impl Engine {
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.rail_down(peer, rail, &format!("write failed: {e}"));
+                    let by_peer =
+                        matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset);
+                    self.rail_down(peer, rail, &format!("write failed: {e}"), by_peer);
                     return;
                 }
             }
         }
     }
 
-    fn read_rail(&mut self, peer: Rank, rail: usize) {
+    /// Reads what `rail` of `peer` has; returns the number of bytes read.
+    fn read_rail(&mut self, peer: Rank, rail: usize) -> usize {
         let p = peer as usize;
+        let mut total = 0;
         loop {
             let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.as_mut()) else {
-                return;
+                return total;
             };
             let space = self.core.rx_space(peer, rail);
             let want = space.len();
             match link.read(space) {
                 Ok(0) => {
-                    self.rail_down(peer, rail, "connection closed by peer");
-                    return;
+                    self.rail_down(peer, rail, "connection closed by peer", true);
+                    return total;
                 }
                 Ok(n) => {
+                    total += n;
                     if let Err(e) = self.core.rx_done(peer, rail, n) {
-                        self.rail_down(peer, rail, &e.to_string());
-                        return;
+                        self.rail_down(peer, rail, &e.to_string(), false);
+                        return total;
                     }
                     if n < want {
-                        return;
+                        return total;
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return total,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.rail_down(peer, rail, &format!("read failed: {e}"));
-                    return;
+                    let by_peer = e.kind() == ErrorKind::ConnectionReset;
+                    self.rail_down(peer, rail, &format!("read failed: {e}"), by_peer);
+                    return total;
                 }
             }
         }
     }
 
-    /// A rail ended. After the peer's Bye (or while we finalize) that is orderly and only this
-    /// rail closes. Otherwise, without failover (yet), the peer is lost: fail what involves it
-    /// and close its other rails so that it notices too.
-    fn rail_down(&mut self, peer: Rank, rail: usize, why: &str) {
+    /// A rail ended. After the peer's Bye (or while we finalize) that is orderly. Otherwise its
+    /// traffic moves to the other rails and the connecting side will try to bring it back. When
+    /// the peer itself closed every rail (it exited or crashed), or no rail comes back within
+    /// HX_RANK_TIMEOUT, operations involving the peer fail.
+    fn rail_down(&mut self, peer: Rank, rail: usize, why: &str, closed_by_peer: bool) {
         let p = peer as usize;
+        let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.take()) else {
+            return;
+        };
+        self.poller.remove(link.fd());
+        drop(link);
         let label = self.labels[p].get(rail).cloned().unwrap_or_default();
+        let me = self.core.rank();
         if self.core.bye_received(peer, rail) || self.finalizing {
             debug!(peer, rail = %label, why, "rail closed in order");
-            if let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.take()) {
-                self.poller.remove(link.fd());
-            }
             return;
         }
-        error!(
-            "hxcomm rank {}: rail {label} to rank {peer}: {why}; closing connection to rank {peer}",
-            self.core.rank()
-        );
-        self.core
-            .fail_peer(peer, &format!("rail {label} to rank {peer}: {why}"));
-        for l in self.links[p].iter_mut() {
-            if let Some(link) = l.take() {
-                self.poller.remove(link.fd());
+        if self.core.peer_failed(peer).is_some() {
+            return;
+        }
+        self.core.rail_down(peer, rail);
+        let m = &mut self.meta[p][rail];
+        m.closed_by_peer = closed_by_peer;
+        m.down_since = Some(Instant::now());
+        m.next_retry = Instant::now() + Duration::from_millis(100);
+        let all_down = self.links[p].iter().all(|l| l.is_none());
+        let all_closed = self.meta[p].iter().all(|m| m.closed_by_peer || m.shm);
+        if all_down && (all_closed || self.meta[p][rail].shm) {
+            error!("hxcomm rank {me}: rank {peer} closed its connections ({why} on rail {label}); it has exited or crashed");
+            self.core.fail_peer(
+                peer,
+                &format!(
+                    "rank {peer} closed its connections without finishing ({why} on rail {label})"
+                ),
+            );
+        } else {
+            warn!(
+                "hxcomm rank {me}: rail {label} to rank {peer} failed ({why}); its traffic moves to the other rails"
+            );
+        }
+    }
+
+    /// Reconnects broken rails (the higher rank of a pair connects) and gives up on peers that
+    /// stayed unreachable for too long.
+    fn housekeeping(&mut self, now: Instant) {
+        if !self.pending.is_empty() {
+            self.expire_handshakes();
+        }
+        for slot in 0..self.connecting.len() {
+            if self.connecting[slot]
+                .as_ref()
+                .is_some_and(|c| c.deadline < now)
+            {
+                let c = self.connecting[slot].take().unwrap();
+                self.poller.remove(c.stream.as_raw_fd());
+            }
+        }
+        if self.finalizing {
+            return;
+        }
+        let me = self.core.rank();
+        for peer in 0..self.core.size() {
+            let p = peer as usize;
+            if peer == me || self.core.peer_failed(peer).is_some() {
+                continue;
+            }
+            let all_down = !self.links[p].is_empty() && self.links[p].iter().all(|l| l.is_none());
+            if all_down {
+                let since = self.meta[p].iter().filter_map(|m| m.down_since).max();
+                if since.is_some_and(|t| now.duration_since(t) > self.settings.rank_timeout) {
+                    error!(
+                        "hxcomm rank {me}: no rail to rank {peer} for {:?}; giving up on it",
+                        self.settings.rank_timeout
+                    );
+                    self.core.fail_peer(
+                        peer,
+                        &format!(
+                            "unreachable for {:?} (HX_RANK_TIMEOUT)",
+                            self.settings.rank_timeout
+                        ),
+                    );
+                    continue;
+                }
+            }
+            if peer > me {
+                continue;
+            }
+            for rail in 0..self.links[p].len() {
+                let m = &self.meta[p][rail];
+                if self.links[p][rail].is_some() || m.shm || now < m.next_retry {
+                    continue;
+                }
+                let busy = self
+                    .connecting
+                    .iter()
+                    .flatten()
+                    .any(|c| c.peer == peer && c.rail == rail);
+                if !busy {
+                    self.meta[p][rail].next_retry = now + RECONNECT_EVERY;
+                    self.start_reconnect(peer, rail, now);
+                }
+            }
+        }
+    }
+
+    fn start_reconnect(&mut self, peer: Rank, rail: usize, now: Instant) {
+        let route = self.routes[peer as usize][rail].clone();
+        let stream =
+            match tcp::connect_nonblocking(route.local, route.device.as_deref(), route.remote) {
+                Ok(s) => s,
+                Err(e) => {
+                    debug!(peer, rail, "reconnect: {e}");
+                    return;
+                }
+            };
+        let slot = match self.connecting.iter().position(|c| c.is_none()) {
+            Some(i) => i,
+            None => {
+                self.connecting.push(None);
+                self.connecting.len() - 1
+            }
+        };
+        if self
+            .poller
+            .add(
+                stream.as_raw_fd(),
+                poller::IN | poller::OUT | poller::HUP,
+                T_CONNECT | slot as u64,
+            )
+            .is_err()
+        {
+            return;
+        }
+        self.connecting[slot] = Some(Connecting {
+            stream,
+            peer,
+            rail,
+            challenge: [0; hx_wire::CHALLENGE_LEN],
+            have: 0,
+            deadline: now + Duration::from_secs(2),
+        });
+    }
+
+    fn advance_connect(&mut self, slot: usize) {
+        use std::io::Read;
+        let Some(c) = self.connecting.get_mut(slot).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        if let Ok(Some(_)) | Err(_) = c.stream.take_error() {
+            let c = self.connecting[slot].take().unwrap();
+            self.poller.remove(c.stream.as_raw_fd());
+            return;
+        }
+        loop {
+            match c.stream.read(&mut c.challenge[c.have..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    c.have += n;
+                    if c.have < hx_wire::CHALLENGE_LEN {
+                        continue;
+                    }
+                    let c = self.connecting[slot].take().unwrap();
+                    self.poller.remove(c.stream.as_raw_fd());
+                    self.finish_reconnect(c);
+                    return;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let c = self.connecting[slot].take().unwrap();
+        self.poller.remove(c.stream.as_raw_fd());
+    }
+
+    fn finish_reconnect(&mut self, mut c: Connecting) {
+        let me = self.core.rank();
+        let Ok(ch) = hx_wire::Challenge::parse(&c.challenge) else {
+            return;
+        };
+        let hello = hx_wire::Hello {
+            rank: me,
+            rail: c.rail as u16,
+            flags: 0,
+            mac: hx_bootstrap::hmac_sha256(
+                &self.secret,
+                &[&hx_wire::Hello::mac_input(&ch.nonce, me, c.rail as u16)],
+            ),
+        };
+        if c.stream.write_all(&hello.to_bytes()).is_err()
+            || self.links[c.peer as usize][c.rail].is_some()
+        {
+            return;
+        }
+        if let Err(e) = self.install(c.peer, c.rail, c.stream) {
+            warn!("reinstalling rail {} to rank {}: {e}", c.rail, c.peer);
+        }
+    }
+
+    fn shm_accept(&mut self) {
+        loop {
+            let Some(l) = self.shm_listener.as_ref() else {
+                return;
+            };
+            match l.accept(&self.secret, HANDSHAKE_TIMEOUT) {
+                Ok((link, hello)) => {
+                    let (peer, me) = (hello.rank, self.core.rank());
+                    let ok = peer > me
+                        && peer < self.core.size()
+                        && self.meta[peer as usize].first().is_some_and(|m| m.shm)
+                        && self.links[peer as usize][0].is_none();
+                    if !ok {
+                        warn!("hxcomm rank {me}: refusing unexpected shared-memory link from rank {peer}");
+                        continue;
+                    }
+                    if let Err(e) = self.install_link(peer, 0, Box::new(link)) {
+                        warn!("shared memory from rank {peer}: {e}");
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) => warn!(
+                    "hxcomm rank {}: refused a shared-memory connection: {e}",
+                    self.core.rank()
+                ),
             }
         }
     }
@@ -767,13 +1117,18 @@ impl Engine {
                     let ok = rank > me
                         && rank < self.core.size()
                         && (rail as usize) < self.links[rank as usize].len()
-                        && self.links[rank as usize][rail as usize].is_none();
+                        && !self.meta[rank as usize][rail as usize].shm
+                        && self.core.peer_failed(rank).is_none();
                     if !ok {
                         warn!(
                             "hxcomm rank {me}: closing connection from {}: unexpected rail {rail} from rank {rank}",
                             pc.from
                         );
                         return;
+                    }
+                    if self.links[rank as usize][rail as usize].is_some() {
+                        // The peer reconnects a rail we have not yet seen fail: it has.
+                        self.rail_down(rank, rail as usize, "peer reconnected it", false);
                     }
                     if let Err(e) = self.install(rank, rail as usize, pc.stream) {
                         warn!("installing rail {rail} from rank {rank}: {e}");

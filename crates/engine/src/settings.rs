@@ -23,6 +23,13 @@ pub struct Settings {
     pub notsent_lowat: u32,
     /// HX_CONNECT_TIMEOUT: seconds to wait for all rails to come up.
     pub connect_timeout: Duration,
+    /// HX_RAIL_TIMEOUT: milliseconds without progress after which a rail counts as broken.
+    pub rail_timeout: Duration,
+    /// HX_RANK_TIMEOUT: seconds a peer may stay unreachable (all rails down) before operations
+    /// involving it fail.
+    pub rank_timeout: Duration,
+    /// HX_TRANSPORTS: `shm,tcp` (default: shared memory between ranks on one host) or `tcp`.
+    pub shm: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -108,6 +115,34 @@ impl Settings {
             yield_while_spinning,
             notsent_lowat: size("HX_NOTSENT_LOWAT", 128 * 1024)? as u32,
             connect_timeout: Duration::from_secs(num("HX_CONNECT_TIMEOUT", 30u64)?),
+            rail_timeout: Duration::from_millis(num("HX_RAIL_TIMEOUT", 1000u64)?.max(1)),
+            rank_timeout: Duration::from_secs(num("HX_RANK_TIMEOUT", 30u64)?.max(1)),
+            shm: transports()?,
         })
     }
+}
+
+fn transports() -> Result<bool, Error> {
+    let Some(v) = var("HX_TRANSPORTS") else {
+        return Ok(true);
+    };
+    let mut shm = false;
+    let mut tcp = false;
+    for t in v.split(',').map(str::trim) {
+        match t {
+            "shm" => shm = true,
+            "tcp" => tcp = true,
+            other => {
+                return Err(Error::Config(format!(
+                    "HX_TRANSPORTS={v}: unknown transport {other:?} (expected shm, tcp)"
+                )))
+            }
+        }
+    }
+    if !tcp {
+        return Err(Error::Config(format!(
+            "HX_TRANSPORTS={v}: tcp is needed between hosts (use tcp or shm,tcp)"
+        )));
+    }
+    Ok(shm)
 }

@@ -27,6 +27,8 @@ impl RailAddr {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PeerInfo {
     pub host: String,
+    /// Shared-memory host key (empty: this rank does not offer shared memory).
+    pub shm: String,
     pub lo_port: u16,
     pub rails: Vec<RailAddr>,
 }
@@ -38,6 +40,18 @@ pub(crate) struct Route {
     pub device: Option<String>,
     pub remote: SocketAddr,
     pub label: String,
+}
+
+impl Route {
+    /// The single shared-memory link to a peer on this host.
+    pub(crate) fn shm() -> Route {
+        Route {
+            local: Ipv4Addr::LOCALHOST,
+            device: None,
+            remote: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
+            label: "shm".into(),
+        }
+    }
 }
 
 /// A name for this host that differs between network namespaces (each testbed host is one).
@@ -91,6 +105,9 @@ pub(crate) fn encode(info: &PeerInfo) -> String {
         info.host.replace(' ', "_"),
         info.lo_port
     );
+    if !info.shm.is_empty() {
+        s.push_str(&format!(" shm={}", info.shm.replace(' ', "_")));
+    }
     for r in &info.rails {
         s.push_str(&format!(
             " rail={},{},{},{}",
@@ -112,6 +129,7 @@ pub(crate) fn decode(rank: u32, s: &str) -> Result<PeerInfo, Error> {
     }
     let mut info = PeerInfo {
         host: String::new(),
+        shm: String::new(),
         lo_port: 0,
         rails: Vec::new(),
     };
@@ -119,6 +137,7 @@ pub(crate) fn decode(rank: u32, s: &str) -> Result<PeerInfo, Error> {
         let (k, v) = p.split_once('=').ok_or_else(|| bad("field"))?;
         match k {
             "host" => info.host = v.to_string(),
+            "shm" => info.shm = v.to_string(),
             "lo" => info.lo_port = v.parse().map_err(|_| bad("lo port"))?,
             "rail" => {
                 let f: Vec<&str> = v.split(',').collect();
@@ -202,6 +221,7 @@ mod tests {
     fn info(host: &str, rails: &[(&str, [u8; 4])]) -> PeerInfo {
         PeerInfo {
             host: host.into(),
+            shm: String::new(),
             lo_port: 1000,
             rails: rails
                 .iter()

@@ -13,6 +13,7 @@ fn settings(policy: Policy, rails: usize) -> Settings {
     let mut s = Settings::from_env().unwrap();
     s.protocol.policy = policy;
     s.loopback_rails = rails;
+    s.shm = false;
     s.connect_timeout = Duration::from_secs(10);
     s
 }
@@ -132,5 +133,41 @@ fn errors_are_clear() {
             }
         }
         e.barrier().unwrap();
+    });
+}
+
+#[test]
+fn shared_memory_between_threads_of_one_host() {
+    let mut s = settings(Policy::Adaptive, 1);
+    s.shm = true;
+    job(3, s, |e| {
+        e.open_endpoint(0).unwrap();
+        let me = e.rank();
+        for peer in 0..3 {
+            if peer != me {
+                assert_eq!(e.rail_names(peer), &["shm".to_string()]);
+            }
+        }
+        let next = (me + 1) % 3;
+        let prev = (me + 2) % 3;
+        for (i, len) in [0usize, 8, 5000, 100_000, 3_000_000]
+            .into_iter()
+            .enumerate()
+        {
+            let r = e
+                .irecv(0, Some(prev), Some(i as u64), vec![0; len])
+                .unwrap();
+            e.send(
+                0,
+                next,
+                0,
+                i as u64,
+                &pattern(me as u64 * 100 + i as u64, len),
+            )
+            .unwrap();
+            let (st, buf) = e.wait_owned(r).unwrap();
+            assert_eq!(st.len, len);
+            assert_eq!(buf.unwrap(), pattern(prev as u64 * 100 + i as u64, len));
+        }
     });
 }

@@ -18,6 +18,10 @@ pub struct RailOptions {
     /// Unsent bytes a socket may hold before it reports "full" (0: kernel default).
     pub notsent_lowat: u32,
     pub nodelay: bool,
+    /// A rail whose sent data stays unacknowledged this long is broken (TCP_USER_TIMEOUT), and an
+    /// idle rail is probed by keepalives at about this interval, so that a cut cable, which sends
+    /// no reset, is noticed whether or not the program calls into the library.
+    pub liveness: Option<Duration>,
 }
 
 impl Default for RailOptions {
@@ -25,6 +29,7 @@ impl Default for RailOptions {
         RailOptions {
             notsent_lowat: 128 * 1024,
             nodelay: true,
+            liveness: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -88,7 +93,43 @@ pub fn tune(stream: &TcpStream, opts: &RailOptions) -> io::Result<()> {
             return Err(ctx(io::Error::last_os_error(), "TCP_NOTSENT_LOWAT".into()));
         }
     }
+    if let Some(t) = opts.liveness {
+        let sock = socket2::SockRef::from(stream);
+        sock.set_tcp_user_timeout(Some(t))
+            .map_err(|e| ctx(e, "TCP_USER_TIMEOUT".into()))?;
+        // Keepalive times have a granularity of one second.
+        let secs = Duration::from_secs(t.as_secs().max(1));
+        let ka = socket2::TcpKeepalive::new()
+            .with_time(secs)
+            .with_interval(secs)
+            .with_retries(1);
+        sock.set_tcp_keepalive(&ka)
+            .map_err(|e| ctx(e, "TCP keepalive".into()))?;
+    }
     stream.set_nonblocking(true)
+}
+
+/// Starts a nonblocking connection (for reconnecting a rail without stalling the progress loop);
+/// completion shows as writability.
+pub fn connect_nonblocking(
+    local: Ipv4Addr,
+    device: Option<&str>,
+    remote: SocketAddr,
+) -> io::Result<TcpStream> {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    if let Some(dev) = device {
+        s.bind_device(Some(dev.as_bytes()))
+            .map_err(|e| ctx(e, format!("SO_BINDTODEVICE {dev}")))?;
+    }
+    s.bind(&SocketAddr::V4(SocketAddrV4::new(local, 0)).into())
+        .map_err(|e| ctx(e, format!("bind {local}")))?;
+    s.set_nonblocking(true)?;
+    match s.connect(&remote.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(ctx(e, format!("connect {local} -> {remote}"))),
+    }
+    Ok(s.into())
 }
 
 /// A TCP rail link.
