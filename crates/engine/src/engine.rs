@@ -113,6 +113,7 @@ fn link_token(peer: Rank, rail: usize) -> u64 {
 impl Engine {
     /// Joins the job described by the environment (`hxcomm run` sets it; without it, a job of one).
     pub fn init() -> Result<Engine, Error> {
+        crate::init_logging();
         let settings = Settings::from_env()?;
         let bootstrap = hx_bootstrap::from_env()?;
         let secret = if bootstrap.size() > 1 {

@@ -18,6 +18,19 @@ pub use error::Error;
 pub use hx_protocol::{EpId, Policy, Rank, Status};
 pub use settings::Settings;
 
+/// Sends log messages to stderr, filtered by `HX_LOG` (default `warn`), unless the program has
+/// set up its own subscriber. [`Engine::init`] calls it, so C programs get the messages too.
+pub fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
 /// Matches any source rank in a receive.
 pub const ANY_SOURCE: Option<Rank> = None;
 /// Matches any tag in a receive.
