@@ -77,6 +77,7 @@ impl Settings {
             max_chunk: size("HX_CHUNK", d.max_chunk)?,
             min_chunk: size("HX_MIN_CHUNK", d.min_chunk)?,
             stage_size: d.stage_size,
+            eager_credits: size("HX_EAGER_CREDITS", d.eager_credits)?,
         };
         if protocol.min_chunk == 0 || protocol.max_chunk < protocol.min_chunk {
             return Err(Error::Config(format!(

@@ -112,6 +112,12 @@ pub(crate) struct Peer {
     pub parked: VecDeque<TxItem>,
     /// Eager payloads cut off by a rail failure, by sequence number: the resent copy goes there.
     pub incomplete: HashMap<u64, Dest>,
+    /// Sender side: eager bytes sent, and the receiver's latest report of bytes it freed.
+    pub credit_used: u64,
+    pub credit_granted: u64,
+    /// Receiver side: eager bytes from this peer freed, and the last count reported to it.
+    pub consumed: u64,
+    pub credit_sent: u64,
 }
 
 /// Counters for tests and reports.
@@ -153,6 +159,10 @@ impl<B: Buffer> Core<B> {
                 dirty: false,
                 parked: VecDeque::new(),
                 incomplete: HashMap::new(),
+                credit_used: 0,
+                credit_granted: 0,
+                consumed: 0,
+                credit_sent: 0,
             })
             .collect();
         Core {
@@ -274,7 +284,14 @@ impl<B: Buffer> Core<B> {
         h.tag = tag;
         h.value = len as u64;
         let rail = self.pick_rail(peer);
-        if len <= self.cfg.eager_limit {
+        let p = &mut self.peers[peer as usize];
+        let cost = len as u64 + crate::EAGER_OVERHEAD;
+        let eager = len <= self.cfg.eager_limit
+            && p.credit_used + cost <= self.cfg.eager_credits as u64 + p.credit_granted;
+        if eager {
+            p.credit_used += cost;
+        }
+        if eager {
             h.payload_len = len as u32;
             self.enqueue_on(
                 peer,
@@ -519,6 +536,17 @@ impl<B: Buffer> Core<B> {
         self.reqs.len()
     }
 
+    /// Bytes of eager payload held for receives not yet posted (or waiting for their turn).
+    pub fn held_bytes(&self) -> usize {
+        self.unexp
+            .iter()
+            .map(|(_, u)| match &u.body {
+                Body::Eager { data, .. } => data.len(),
+                Body::Rts => 0,
+            })
+            .sum()
+    }
+
     /// Number of messages held unexpected or out of order.
     pub fn held_messages(&self) -> usize {
         self.unexp.len()
@@ -543,13 +571,33 @@ impl<B: Buffer> Core<B> {
 
     pub(crate) fn free_unexp(&mut self, u: Handle) {
         if let Some(Unexp {
+            src,
+            len,
             body: Body::Eager { data, .. },
             ..
         }) = self.unexp.remove(u)
         {
+            if src != self.me {
+                self.eager_consumed(src, len);
+            }
             if self.spare_bufs.len() < 64 && data.capacity() <= 4 * self.cfg.eager_limit {
                 self.spare_bufs.push(data);
             }
+        }
+    }
+
+    /// Eager data from `peer` no longer takes memory here: tell it, in batches, so it may send
+    /// more eagerly.
+    pub(crate) fn eager_consumed(&mut self, peer: Rank, len: usize) {
+        let p = &mut self.peers[peer as usize];
+        p.consumed += len as u64 + crate::EAGER_OVERHEAD;
+        let batch = (self.cfg.eager_credits as u64 / 4).clamp(1, 256 * 1024);
+        if p.consumed - p.credit_sent >= batch && p.failed.is_none() {
+            p.credit_sent = p.consumed;
+            let mut h = FrameHeader::new(FrameKind::Credit);
+            h.value = p.consumed;
+            let rail = self.pick_rail(peer);
+            self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
         }
     }
 

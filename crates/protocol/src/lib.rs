@@ -88,7 +88,16 @@ pub struct Config {
     pub min_chunk: usize,
     /// Size of each rail's receive staging area.
     pub stage_size: usize,
+    /// Bytes of eager data a sender may have outstanding at one receiver before the receiver
+    /// says it has consumed them; beyond it messages go by rendezvous. This bounds what a
+    /// receiver that posts no receives can be made to hold: about this much per peer (each
+    /// message counts its length plus [`EAGER_OVERHEAD`]), plus one small entry per rendezvous
+    /// request the sender has pending.
+    pub eager_credits: usize,
 }
+
+/// What each eager message costs in credit besides its payload (its bookkeeping at the receiver).
+pub const EAGER_OVERHEAD: u64 = 64;
 
 impl Default for Config {
     fn default() -> Self {
@@ -98,6 +107,7 @@ impl Default for Config {
             max_chunk: 256 * 1024,
             min_chunk: 32 * 1024,
             stage_size: 64 * 1024,
+            eager_credits: 4 << 20,
         }
     }
 }

@@ -194,7 +194,11 @@ impl<B: Buffer> Core<B> {
     fn frame_received(&mut self, peer: Rank, rail: usize, h: &FrameHeader) {
         if !matches!(
             h.kind,
-            FrameKind::Eager | FrameKind::Rts | FrameKind::Cts | FrameKind::Data
+            FrameKind::Eager
+                | FrameKind::Rts
+                | FrameKind::Cts
+                | FrameKind::Data
+                | FrameKind::Credit
         ) {
             return;
         }
@@ -341,6 +345,11 @@ impl<B: Buffer> Core<B> {
                 self.peers[peer as usize].rails[rail].bye = true;
                 Ok(None)
             }
+            FrameKind::Credit => {
+                let p = &mut self.peers[peer as usize];
+                p.credit_granted = p.credit_granted.max(h.value);
+                Ok(None)
+            }
             FrameKind::Heartbeat | FrameKind::Ack => Ok(None),
         }
     }
@@ -354,6 +363,8 @@ impl<B: Buffer> Core<B> {
                 return None;
             }
             self.set_matched(req, peer, h.src_ep, h.tag, len, None);
+            // Straight into the receiver's buffer: it holds no memory here.
+            self.eager_consumed(peer, len);
             return Some(Dest::Req(req));
         }
         let u = self.hold(peer, h);

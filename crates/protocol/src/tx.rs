@@ -58,7 +58,11 @@ impl TxItem {
     pub fn reliable(&self) -> bool {
         matches!(
             FrameKind::from_u8(self.kind()),
-            Ok(FrameKind::Eager | FrameKind::Rts | FrameKind::Cts | FrameKind::Data)
+            Ok(FrameKind::Eager
+                | FrameKind::Rts
+                | FrameKind::Cts
+                | FrameKind::Data
+                | FrameKind::Credit)
         )
     }
 

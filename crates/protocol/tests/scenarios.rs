@@ -222,6 +222,7 @@ fn rail_loss_at_every_point_of_a_transfer() {
             max_chunk: 4096,
             min_chunk: 1024,
             stage_size: 512,
+            eager_credits: 1 << 20,
         };
         for len in [500usize, 40_000] {
             let mut k = 0;
@@ -252,5 +253,49 @@ fn rail_loss_at_every_point_of_a_transfer() {
                 k += 1;
             }
         }
+    }
+}
+
+/// A sender that floods a receiver posting no receives cannot grow the receiver's memory beyond
+/// its eager credits: the rest waits as rendezvous requests; once receives are posted, all of it
+/// arrives intact.
+#[test]
+fn eager_credits_bound_a_flooded_receiver() {
+    let cfg = Config {
+        eager_credits: 64 * 1024,
+        ..Config::default()
+    };
+    let mut sim = Cluster::new(2, 2, cfg, 3);
+    let n = 2000;
+    let sends: Vec<_> = (0..n)
+        .map(|i| {
+            sim.cores[0]
+                .send(1, 0, 0, i, pattern(0, i as usize, 1000))
+                .unwrap()
+        })
+        .collect();
+    sim.run_until(10_000_000, |_| false).unwrap();
+    let held = sim.cores[1].held_bytes();
+    assert!(
+        held <= 64 * 1024,
+        "receiver holds {held} bytes of eager data"
+    );
+    assert!(
+        sim.cores[1].held_messages() == n as usize,
+        "every message is announced"
+    );
+    let recvs: Vec<_> = (0..n)
+        .map(|_| sim.cores[1].recv(0, Some(0), None, vec![0; 1000]).unwrap())
+        .collect();
+    assert!(sim
+        .run_until(10_000_000, |c| recvs
+            .iter()
+            .all(|&r| !c.cores[1].is_pending(r))
+            && sends.iter().all(|&s| !c.cores[0].is_pending(s)))
+        .unwrap());
+    for (i, r) in recvs.into_iter().enumerate() {
+        let (st, buf) = sim.cores[1].take(r).unwrap();
+        assert!(matches!(st, Completion::Done(s) if s.tag == i as u64));
+        assert_eq!(buf, pattern(0, i, 1000));
     }
 }

@@ -38,6 +38,8 @@ pub enum FrameKind {
     Bye = 6,
     /// Explicit acknowledgement: `value` frames received on this rail; no payload.
     Ack = 7,
+    /// Eager credit: the receiver has freed `value` bytes of eager data (cumulative); no payload.
+    Credit = 8,
 }
 
 impl FrameKind {
@@ -50,6 +52,7 @@ impl FrameKind {
             5 => FrameKind::Heartbeat,
             6 => FrameKind::Bye,
             7 => FrameKind::Ack,
+            8 => FrameKind::Credit,
             found => return Err(WireError::UnknownKind { found }),
         })
     }
@@ -144,6 +147,7 @@ impl FrameHeader {
             | FrameKind::Heartbeat
             | FrameKind::Bye
             | FrameKind::Ack
+            | FrameKind::Credit
                 if self.payload_len != 0 =>
             {
                 bad("payload_len", self.payload_len as u64)

@@ -238,6 +238,11 @@ pub fn small_config(policy: Policy, rng: &mut Rng) -> Config {
         max_chunk: min_chunk + rng.range(0, 32 * 1024),
         min_chunk,
         stage_size: rng.range(80, 8192),
+        eager_credits: if rng.range(0, 1) == 0 {
+            rng.range(0, 16 * 1024)
+        } else {
+            4 << 20
+        },
     }
 }
 
