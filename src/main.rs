@@ -21,20 +21,17 @@ enum Command {
     Net(hx_testbed::NetArgs),
     /// Point-to-point benchmarks, run as ranks under `hxcomm run`.
     Bench(hx_bench::BenchArgs),
+    /// The main job in one command: testbed, every policy over 1/2/4 rails, report.
+    Demo(hx_demo::DemoArgs),
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    hx_engine::init_logging();
     let code = match Cli::parse().command {
         Command::Run(a) => hx_launcher::run(a),
         Command::Net(a) => hx_testbed::run(a),
         Command::Bench(a) => hx_bench::run(a),
+        Command::Demo(a) => hx_demo::run(a),
     };
     std::process::exit(code);
 }
