@@ -91,12 +91,52 @@ pub fn leftover_namespaces(name: &str) -> Vec<String> {
         .collect()
 }
 
+/// A copy of the running executable (/proc/self/exe) in a private directory, removed on drop.
+struct ExeCopy {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl ExeCopy {
+    fn new() -> Result<ExeCopy, String> {
+        let dir = std::env::temp_dir().join(format!("hxcomm-demo-{}", std::process::id()));
+        let path = dir.join("hxcomm");
+        let copy = || -> std::io::Result<()> {
+            std::fs::create_dir_all(&dir)?;
+            std::fs::copy("/proc/self/exe", &path)?;
+            Ok(())
+        };
+        match copy() {
+            Ok(()) => Ok(ExeCopy { dir, path }),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                // No /proc or no room: fall back to the binary's path.
+                let path = std::env::current_exe().map_err(|e2| {
+                    format!("cannot copy the hxcomm binary ({e}) nor find it ({e2})")
+                })?;
+                Ok(ExeCopy {
+                    dir: PathBuf::new(),
+                    path,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for ExeCopy {
+    fn drop(&mut self) {
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 fn demo(args: &DemoArgs) -> Result<(), String> {
     let t0 = Instant::now();
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot find the hxcomm binary: {e}"))?
-        .to_string_lossy()
-        .into_owned();
+    // Every job runs a private copy of this very binary: a `cargo build` in the same tree
+    // during the demo replaces target/release/hxcomm, and a measurement must not mix builds.
+    let exe_copy = ExeCopy::new()?;
+    let exe = exe_copy.path.to_string_lossy().into_owned();
     let _lock = lock::BenchLock::acquire(Path::new(lock::BENCH_LOCK), &|| {
         signals::pending().is_some()
     })?;
@@ -126,7 +166,7 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
                 "no `ip` command"
             };
             println!(
-                "hxcomm demo: {why}: running on loopback rails on this host (HX_LOOPBACK_RAILS=1,2,4); \
+                "hxcomm demo: {why}: running on loopback rails on this host (HX_LOOPBACK_RAILS=1,2,4, HX_TRANSPORTS=tcp); \
                  no rate limit, so bandwidth is bounded by CPU and memory, not a wire: no wire-limit percentages"
             );
             "loopback rails, no rate limit"
@@ -216,24 +256,12 @@ fn measure_all(mode: &Mode, exe: &str, quick: bool) -> Result<Vec<ConfigResult>,
             };
             for bench in Bench::ALL {
                 for seg in plan::segments(bench, quick) {
-                    stopped()?;
-                    let args = plan::job_args(mode, exe, policy, rails, bench, &seg);
-                    let deadline = Duration::from_secs(plan::JOB_TIMEOUT_S as u64 + 10);
-                    let stdout = job::run(exe, &args, deadline)?;
-                    let points = results::parse_lines(&stdout, bench)?;
-                    if points.is_empty() {
-                        return Err(format!(
-                            "`hxcomm {}` printed no results:\n{stdout}",
-                            args.join(" ")
-                        ));
+                    let mut runs = Vec::new();
+                    for _ in 0..plan::repeats(bench) {
+                        stopped()?;
+                        runs.push(run_segment(mode, exe, policy, rails, bench, &seg)?);
                     }
-                    if let Some(p) = points.iter().find(|p| p.rails != Some(rails as u64)) {
-                        eprintln!(
-                            "hxcomm demo: warning: {policy} asked for {rails} rails, the ranks report {:?}",
-                            p.rails
-                        );
-                    }
-                    r.series_mut(bench).extend(points);
+                    r.series_mut(bench).extend(results::median_by_size(&runs));
                 }
             }
             r.seconds = t.elapsed().as_secs_f64();
@@ -252,6 +280,34 @@ fn measure_all(mode: &Mode, exe: &str, quick: bool) -> Result<Vec<ConfigResult>,
         }
     }
     Ok(out)
+}
+
+/// One job: its points, checked to be there and on the rails asked for.
+fn run_segment(
+    mode: &Mode,
+    exe: &str,
+    policy: &str,
+    rails: u32,
+    bench: Bench,
+    seg: &plan::Segment,
+) -> Result<Vec<results::Point>, String> {
+    let args = plan::job_args(mode, exe, policy, rails, bench, seg);
+    let deadline = Duration::from_secs(plan::JOB_TIMEOUT_S as u64 + 10);
+    let stdout = job::run(exe, &args, deadline)?;
+    let points = results::parse_lines(&stdout, bench)?;
+    if points.is_empty() {
+        return Err(format!(
+            "`hxcomm {}` printed no results:\n{stdout}",
+            args.join(" ")
+        ));
+    }
+    if let Some(p) = points.iter().find(|p| p.rails != Some(rails as u64)) {
+        eprintln!(
+            "hxcomm demo: warning: {policy} asked for {rails} rails, the ranks report {:?}",
+            p.rails
+        );
+    }
+    Ok(points)
 }
 
 #[cfg(test)]

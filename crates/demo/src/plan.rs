@@ -13,7 +13,7 @@ pub const JOB_TIMEOUT_S: u32 = 90;
 pub enum Mode {
     /// In testbed `name`'s two hosts; rails chosen with HX_RAILS=r0,...
     Testbed { name: String },
-    /// On this host, with HX_LOOPBACK_RAILS connections per peer.
+    /// On this host, with HX_LOOPBACK_RAILS TCP connections per peer (HX_TRANSPORTS=tcp).
     Loopback,
 }
 
@@ -40,7 +40,7 @@ pub fn segments(bench: Bench, quick: bool) -> Vec<Segment> {
         window,
     };
     match (bench, quick) {
-        (Bench::Latency, false) => vec![seg("1:64k", 300, 30, 1)],
+        (Bench::Latency, false) => vec![seg("1:64k", 100, 10, 1)],
         (Bench::Latency, true) => vec![seg("1:4k", 50, 5, 1)],
         (_, false) => vec![
             seg("1:4k", 100, 10, 64),
@@ -49,6 +49,15 @@ pub fn segments(bench: Bench, quick: bool) -> Vec<Segment> {
             seg("1M:4M", 3, 1, 8),
         ],
         (_, true) => vec![seg("1:64k", 3, 1, 16), seg("4M:4M", 2, 1, 4)],
+    }
+}
+
+/// Runs of each latency segment; the report keeps the median per size.
+pub fn repeats(bench: Bench) -> usize {
+    if bench == Bench::Latency {
+        3
+    } else {
+        1
     }
 }
 
@@ -76,7 +85,9 @@ pub fn job_args(
             a.extend(["--env".into(), format!("HX_RAILS={}", rail_names(rails))]);
         }
         Mode::Loopback => {
+            // TCP only: with shared memory (the default on one host) there would be no rails.
             a.extend(["--env".into(), format!("HX_LOOPBACK_RAILS={rails}")]);
+            a.extend(["--env".into(), "HX_TRANSPORTS=tcp".into()]);
         }
     }
     a.extend(["--policy".into(), policy.into()]);
@@ -114,8 +125,8 @@ mod tests {
         let a = job_args(&Mode::Loopback, "h", "bind", 4, Bench::Latency, &seg).join(" ");
         assert_eq!(
             a,
-            "run -n 2 --env HX_LOOPBACK_RAILS=4 --policy bind --timeout 90 -- \
-             h bench latency --sizes 1:64k --iterations 300 --warmup 30 --json"
+            "run -n 2 --env HX_LOOPBACK_RAILS=4 --env HX_TRANSPORTS=tcp --policy bind --timeout 90 -- \
+             h bench latency --sizes 1:64k --iterations 100 --warmup 10 --json"
         );
     }
 

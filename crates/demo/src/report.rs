@@ -81,7 +81,10 @@ pub fn results_json(
         .map(|b| {
             let segs: Vec<Value> = segments(*b, quick)
                 .iter()
-                .map(|s| json!({"sizes": s.sizes, "iterations": s.iterations, "warmup": s.warmup, "window": s.window}))
+                .map(|s| {
+                    json!({"sizes": s.sizes, "iterations": s.iterations, "warmup": s.warmup,
+                                "window": s.window, "runs_median_of": crate::plan::repeats(*b)})
+                })
                 .collect();
             (b.name().to_string(), Value::from(segs))
         })

@@ -79,6 +79,24 @@ pub fn parse_lines(text: &str, bench: Bench) -> Result<Vec<Point>, String> {
     Ok(out)
 }
 
+/// Merges repeated runs of one benchmark: per message size, the run with the median figure
+/// (the lower middle for an even count), in size order. One descheduled rank can turn a
+/// 2 us ping-pong into 200 us for a whole run on a busy machine; the median of three runs
+/// shows what the code does rather than what a neighbour did.
+pub fn median_by_size(runs: &[Vec<Point>]) -> Vec<Point> {
+    let mut sizes: Vec<u64> = runs.iter().flatten().map(|p| p.bytes).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+        .into_iter()
+        .filter_map(|b| {
+            let mut at: Vec<&Point> = runs.iter().flatten().filter(|p| p.bytes == b).collect();
+            at.sort_by(|x, y| x.value.total_cmp(&y.value));
+            at.get((at.len().max(1) - 1) / 2).map(|p| (*p).clone())
+        })
+        .collect()
+}
+
 /// The wire limit of a bandwidth benchmark over `rails` 1 Gbit/s rails (both directions for
 /// bibw); none for latency.
 pub fn wire_limit(bench: Bench, rails: u32) -> Option<f64> {
@@ -361,6 +379,22 @@ not json {"bench":"bw"}
         assert!(parse_lines(text, Bench::Bibw).unwrap().is_empty());
         assert!(parse_lines(r#"{"bench":"bw","bytes":1}"#, Bench::Bw).is_err());
         assert!(parse_lines(r#"{"bench":"bw","mb_per_s":1.0}"#, Bench::Bw).is_err());
+    }
+
+    #[test]
+    fn median_of_repeated_runs_per_size() {
+        let runs = vec![
+            vec![pt(8, 2.0), pt(16, 200.0)],
+            vec![pt(8, 190.0), pt(16, 2.2)],
+            vec![pt(8, 2.1), pt(16, 2.1), pt(32, 5.0)],
+        ];
+        let m = median_by_size(&runs);
+        assert_eq!(m, vec![pt(8, 2.1), pt(16, 2.2), pt(32, 5.0)]);
+        assert_eq!(
+            median_by_size(&[vec![pt(1, 3.0)], vec![pt(1, 1.0)]]),
+            vec![pt(1, 1.0)]
+        );
+        assert!(median_by_size(&[]).is_empty());
     }
 
     #[test]
