@@ -35,6 +35,8 @@ const T_SHM_LISTEN: u64 = T_LISTEN | 1 << 60;
 /// How often the engine looks after rails (reconnects, timeouts) while it is being called.
 const HOUSEKEEPING: Duration = Duration::from_millis(50);
 const RECONNECT_EVERY: Duration = Duration::from_millis(500);
+/// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
+const BULK_SLEEP: usize = 256 * 1024;
 
 /// A nonblocking operation in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -620,7 +622,9 @@ impl Engine {
                 idle_since = Instant::now();
                 continue;
             }
-            if idle_since.elapsed() < self.settings.spin {
+            // Spin while a reply may come any moment; while bulk data is in flight, wake up for
+            // it in epoll instead (the socket buffers absorb the wakeup delay).
+            if idle_since.elapsed() < self.settings.spin && self.core.bulk_bytes() < BULK_SLEEP {
                 if self.settings.yield_while_spinning {
                     // SAFETY: plain syscall.
                     unsafe { libc::sched_yield() };

@@ -83,6 +83,8 @@ pub(crate) struct Rail {
     pub tx_bytes: u64,
     /// Reliable frames written on this connection and not yet acknowledged, oldest first.
     pub log: VecDeque<TxItem>,
+    /// Their bytes: roughly what is in flight on this rail (socket buffers and wire).
+    pub log_bytes: usize,
     /// Frames of this connection the peer acknowledged / we wrote reliably.
     pub acked: u64,
     pub logged: u64,
@@ -201,6 +203,7 @@ impl<B: Buffer> Core<B> {
                 queued: 0,
                 tx_bytes: 0,
                 log: VecDeque::new(),
+                log_bytes: 0,
                 acked: 0,
                 logged: 0,
                 rcvd: 0,
@@ -455,6 +458,7 @@ impl<B: Buffer> Core<B> {
             r.tx.clear();
             r.log.clear();
             r.queued = 0;
+            r.log_bytes = 0;
             r.rx.reset();
         }
         p.parked.clear();
@@ -534,6 +538,23 @@ impl<B: Buffer> Core<B> {
     /// Number of requests alive (pending or finished but not taken).
     pub fn live_requests(&self) -> usize {
         self.reqs.len()
+    }
+
+    /// Bytes this process still has to send or expects to receive in bulk (queued on rails,
+    /// waiting to be pulled, or owed to matched rendezvous receives). While this is large,
+    /// waiting is for bandwidth, not for a reply, and spinning would only burn CPU.
+    pub fn bulk_bytes(&self) -> usize {
+        let mut n = 0;
+        for p in &self.peers {
+            n += p.pull_q.iter().map(|j| j.end - j.next).sum::<usize>();
+            n += p.rails.iter().map(|r| r.queued).sum::<usize>();
+            for &req in p.rdv_recv.values() {
+                if let Some(ReqKind::Recv(rv)) = self.reqs.get(req).map(|r| &r.kind) {
+                    n += rv.unreceived;
+                }
+            }
+        }
+        n
     }
 
     /// Bytes of eager payload held for receives not yet posted (or waiting for their turn).
@@ -746,19 +767,23 @@ impl<B: Buffer> Core<B> {
                 Some(r)
             }
             Policy::Adaptive => {
-                // The least loaded rail, preferring the bound one so that a quiet pair keeps its
-                // traffic (and its cache-warm socket) on one rail.
-                let mut best = live_from(p, bound)?;
+                // A quiet pair (nothing queued or in flight: ping-pong) keeps to one rail. In a
+                // stream, messages rotate over the rails whose sockets take data right away, and
+                // when every rail has a backlog, go to the shortest.
+                let quiet = p.rails.iter().all(|r| r.queued + r.log_bytes == 0);
+                if quiet {
+                    return live_from(p, bound);
+                }
                 for i in 0..n {
-                    if p.rails[best].queued == 0 {
-                        break;
-                    }
-                    let r = (bound + i) % n;
-                    if p.rails[r].up && p.rails[r].queued < p.rails[best].queued {
-                        best = r;
+                    let r = (p.rr_next + i) % n;
+                    if p.rails[r].up && p.rails[r].queued == 0 {
+                        p.rr_next = (r + 1) % n;
+                        return Some(r);
                     }
                 }
-                Some(best)
+                (0..n)
+                    .filter(|&r| p.rails[r].up)
+                    .min_by_key(|&r| p.rails[r].queued)
             }
         }
     }

@@ -217,6 +217,7 @@ impl<B: Buffer> Core<B> {
         }
         item.reset();
         let r = &mut self.peers[peer as usize].rails[rail];
+        r.log_bytes += item.total_len();
         r.log.push_back(item);
         r.logged += 1;
     }
@@ -246,6 +247,7 @@ impl<B: Buffer> Core<B> {
                 .log
                 .pop_front()
                 .expect("log holds every unacknowledged frame");
+            r.log_bytes -= item.total_len();
             match item.body {
                 Body::Req(req, _, len) => {
                     self.data_acked(req, len);
@@ -402,6 +404,7 @@ impl<B: Buffer> Core<B> {
         r.up = false;
         let mut resend: Vec<TxItem> = r.log.drain(..).chain(r.tx.drain(..)).collect();
         r.queued = 0;
+        r.log_bytes = 0;
         r.ack_queued = false;
         r.acked = 0;
         r.logged = 0;
@@ -439,6 +442,7 @@ impl<B: Buffer> Core<B> {
         r.tx.clear();
         r.log.clear();
         r.queued = 0;
+        r.log_bytes = 0;
         let parked: Vec<TxItem> = p.parked.drain(..).collect();
         for item in parked {
             self.enqueue_on(peer, Some(rail), item);
