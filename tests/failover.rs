@@ -151,3 +151,62 @@ fn killed_rank_on_the_testbed_ends_the_job() {
     assert!(stderr.contains("rank 0"), "{stderr}");
     assert!(no_process_with(marker, Duration::from_secs(3)));
 }
+
+/// 4 ranks on 2 hosts: pairs on one host use shared memory, pairs across hosts the rails, in one
+/// job; 10,000 random validated messages.
+#[test]
+fn mixed_placement_shared_memory_and_rails() {
+    let Some(tb) = testbed("m", 4) else {
+        return;
+    };
+    let out = Command::new(hxcomm())
+        .args([
+            "run",
+            "-n",
+            "4",
+            "--net",
+            "--name",
+            tb.name(),
+            "--ranks-per-host",
+            "2",
+        ])
+        .args(["--timeout", "120", "--"])
+        .arg(hxcomm())
+        .args([
+            "bench",
+            "stress",
+            "--messages",
+            "10000",
+            "--max-size",
+            "256k",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut received = 0;
+    for line in stdout.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        received += v["received"].as_u64().unwrap();
+        let me = v["rank"].as_u64().unwrap();
+        for (peer, rails) in v["rail_tx_bytes"].as_array().unwrap().iter().enumerate() {
+            let n = rails.as_array().unwrap().len();
+            if peer as u64 == me {
+                continue;
+            }
+            // Ranks 0,1 share host 0 and 2,3 host 1.
+            let same_host = peer as u64 / 2 == me / 2;
+            assert_eq!(
+                n,
+                if same_host { 1 } else { 4 },
+                "rank {me} to {peer}: {stdout}"
+            );
+        }
+    }
+    assert_eq!(received, 10000);
+}

@@ -106,6 +106,7 @@ pub struct Engine {
     polled: Vec<(Rank, usize)>,
     spins: u32,
     next_housekeeping: Instant,
+    rail_failures: u64,
 }
 
 fn link_token(peer: Rank, rail: usize) -> u64 {
@@ -196,6 +197,7 @@ impl Engine {
             polled: Vec::new(),
             spins: 0,
             next_housekeeping: Instant::now(),
+            rail_failures: 0,
         };
         if size > 1 {
             eng.connect_all(me, size, &my_info)?;
@@ -826,6 +828,7 @@ impl Engine {
             return;
         }
         self.core.rail_down(peer, rail);
+        self.rail_failures += 1;
         let m = &mut self.meta[p][rail];
         m.closed_by_peer = closed_by_peer;
         m.down_since = Some(Instant::now());
@@ -1240,6 +1243,16 @@ impl Engine {
     /// For tests: raw access to the job's bootstrap.
     pub fn bootstrap(&mut self) -> &mut dyn Bootstrap {
         &mut *self.bootstrap
+    }
+
+    /// Rails that broke (not closed in order) since start.
+    pub fn rail_failures(&self) -> u64 {
+        self.rail_failures
+    }
+
+    /// Frames resent on other rails because their rail broke.
+    pub fn resent_frames(&self) -> u64 {
+        self.core.resent_frames()
     }
 
     /// Why `peer` is considered failed, if it is.
