@@ -795,7 +795,17 @@ impl<B: Buffer> Core<B> {
             Some(r) if p.rails[r].up => {
                 let r = &mut p.rails[r];
                 r.queued += item.total_len();
-                r.tx.push_back(item);
+                if item.is_control() {
+                    // Control frames (RTS, CTS, credit) pass queued data: a CTS stuck behind
+                    // megabytes going the other way would make a two-way transfer one-way.
+                    let at =
+                        r.tx.iter()
+                            .position(|q| q.not_started() && !q.is_control())
+                            .unwrap_or(r.tx.len());
+                    r.tx.insert(at, item);
+                } else {
+                    r.tx.push_back(item);
+                }
             }
             _ => p.parked.push_back(item),
         }

@@ -73,6 +73,18 @@ impl TxItem {
         }
     }
 
+    /// Small frames that steer transfers rather than carry data.
+    pub fn is_control(&self) -> bool {
+        matches!(
+            FrameKind::from_u8(self.kind()),
+            Ok(FrameKind::Rts | FrameKind::Cts | FrameKind::Credit | FrameKind::Ack)
+        )
+    }
+
+    pub fn not_started(&self) -> bool {
+        self.sent == 0
+    }
+
     pub(crate) fn reset(&mut self) {
         self.sent = 0;
     }
