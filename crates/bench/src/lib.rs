@@ -50,6 +50,10 @@ pub struct P2pOpts {
     /// One JSON object per line instead of the OSU table.
     #[arg(long)]
     pub json: bool,
+    /// bw/bibw: also print one JSON line per iteration with its wall-clock end time (Unix
+    /// seconds) and throughput, to see a transfer through a rail failure.
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 /// Runs a benchmark; returns the process exit code.

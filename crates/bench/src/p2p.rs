@@ -88,7 +88,7 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
         let secs = match kind {
             Kind::Latency => latency(&mut e, me, peer, size, iters, warmup, o.validate)?,
             Kind::Bw | Kind::Bibw => bandwidth(
-                &mut e, kind, me, peer, size, window, iters, warmup, o.validate,
+                &mut e, kind, me, peer, size, window, iters, warmup, o.validate, o.timeline,
             )?,
         };
         let cpu = cpu_seconds() - cpu0;
@@ -202,6 +202,7 @@ fn bandwidth(
     iters: u32,
     warmup: u32,
     validate: bool,
+    timeline: bool,
 ) -> Result<f64, String> {
     // Without validation one buffer per direction serves the whole window, as in OSU.
     let slots = if validate { window } else { 1 };
@@ -215,9 +216,23 @@ fn bandwidth(
     let mut reqs: Vec<Request> = Vec::with_capacity(2 * window);
     let mut ack = [0u8; 4];
     let mut start = Instant::now();
+    let mut last = Instant::now();
     for it in 0..iters + warmup {
         if it == warmup {
             start = Instant::now();
+        }
+        if timeline && me == 0 && it > 0 {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let bytes = (size * window) as f64 * if kind == Kind::Bibw { 2.0 } else { 1.0 };
+            println!(
+                "{{\"timeline\":\"{}\",\"iteration\":{},\"t\":{now:.4},\"mb_per_s\":{:.2}}}",
+                kind.name(),
+                it - 1,
+                bytes / last.elapsed().as_secs_f64() / 1e6
+            );
+            last = Instant::now();
         }
         reqs.clear();
         if recvs {
