@@ -641,8 +641,29 @@ impl Engine {
     }
 
     /// Handles whatever is ready without blocking.
+    ///
+    /// Afterwards [`fd`](Self::fd) becomes readable when anything arrives, shared memory
+    /// included: a caller that found nothing to do may sleep in poll() on it.
     pub fn progress(&mut self) -> Result<(), Error> {
-        self.progress_once(0).map(|_| ())
+        let work = self.progress_once(0)?;
+        if work == 0 && !self.arm_polled() {
+            // Data raced in while arming: handle it now rather than after a poll.
+            self.progress_once(0)?;
+        }
+        Ok(())
+    }
+
+    /// Asks every polled (shared-memory) link to signal its fd when data arrives; false if some
+    /// link already has data.
+    fn arm_polled(&mut self) -> bool {
+        let mut quiet = true;
+        for i in 0..self.polled.len() {
+            let (p, r) = self.polled[i];
+            if let Some(l) = self.links[p as usize][r].as_mut() {
+                quiet &= l.arm();
+            }
+        }
+        quiet
     }
 
     /// Waits up to `timeout_ms` for events, handles them, and writes what can be written.
@@ -657,15 +678,8 @@ impl Engine {
                 work += self.read_rail(p, r);
                 self.flush_rail(p, r);
             }
-            if timeout_ms != 0 && work == 0 {
-                for i in 0..self.polled.len() {
-                    let (p, r) = self.polled[i];
-                    if let Some(l) = self.links[p as usize][r].as_mut() {
-                        if !l.arm() {
-                            timeout_ms = 0;
-                        }
-                    }
-                }
+            if timeout_ms != 0 && work == 0 && !self.arm_polled() {
+                timeout_ms = 0;
             }
             self.spins = self.spins.wrapping_add(1);
             // While spinning on shared memory, look at the sockets only every few rounds.
