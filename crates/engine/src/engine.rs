@@ -107,6 +107,8 @@ pub struct Engine {
     spins: u32,
     next_housekeeping: Instant,
     rail_failures: u64,
+    /// Process ids of peers on this host that direct copies go to.
+    peer_pids: Vec<u32>,
 }
 
 fn link_token(peer: Rank, rail: usize) -> u64 {
@@ -147,6 +149,7 @@ impl Engine {
         let mut my_info = PeerInfo {
             host: setup::host_id(),
             shm: String::new(),
+            pid: std::process::id(),
             lo_port: 0,
             rails: Vec::new(),
         };
@@ -198,6 +201,7 @@ impl Engine {
             spins: 0,
             next_housekeeping: Instant::now(),
             rail_failures: 0,
+            peer_pids: vec![0; size as usize],
         };
         if size > 1 {
             eng.connect_all(me, size, &my_info)?;
@@ -223,6 +227,10 @@ impl Engine {
             let use_shm = !my_info.shm.is_empty() && info.shm == my_info.shm;
             let r = if use_shm {
                 shm_peers.push(p);
+                if self.settings.direct && info.pid != 0 {
+                    self.peer_pids[p as usize] = info.pid;
+                    self.core.set_direct(p, true);
+                }
                 vec![setup::Route::shm()]
             } else {
                 setup::routes(my_info, p, &info, self.settings.loopback_rails)?
@@ -242,6 +250,12 @@ impl Engine {
                 n
             ];
             self.routes[p as usize] = r;
+        }
+        if !shm_peers.is_empty() && self.settings.direct {
+            // Let peers of this job write into our buffers even where Yama restricts ptrace
+            // to descendants (the ranks are siblings).
+            // SAFETY: plain prctl.
+            unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
         }
         // Shared memory: lower ranks listen (an abstract socket, nothing on disk), higher connect.
         if shm_peers.iter().any(|&p| p > me) {
@@ -626,7 +640,9 @@ impl Engine {
             }
             // Spin while a reply may come any moment; while bulk data is in flight, wake up for
             // it in epoll instead (the socket buffers absorb the wakeup delay).
-            if idle_since.elapsed() < self.settings.spin && self.core.bulk_bytes() < BULK_SLEEP {
+            // (Shared memory has no socket buffer to absorb a wakeup: keep spinning there.)
+            let bulk = self.polled.is_empty() && self.core.bulk_bytes() >= BULK_SLEEP;
+            if idle_since.elapsed() < self.settings.spin && !bulk {
                 if self.settings.yield_while_spinning {
                     // SAFETY: plain syscall.
                     unsafe { libc::sched_yield() };
@@ -731,7 +747,44 @@ impl Engine {
         Ok(n + work)
     }
 
+    /// Copies rendezvous messages straight into the memory of receivers on this host.
+    fn direct_copies(&mut self) {
+        while let Some(w) = self.core.take_direct() {
+            let pid = self.peer_pids[w.peer as usize] as libc::pid_t;
+            let src = self.core.direct_source(&w);
+            let mut done = 0;
+            let mut err = None;
+            while done < w.len {
+                let local = libc::iovec {
+                    iov_base: src[done..].as_ptr() as *mut libc::c_void,
+                    iov_len: w.len - done,
+                };
+                let remote = libc::iovec {
+                    iov_base: (w.remote_addr as usize + done) as *mut libc::c_void,
+                    iov_len: w.len - done,
+                };
+                // SAFETY: the local iovec covers our live send buffer; the remote one is the
+                // receive buffer the peer offered (the kernel checks it against its mappings).
+                let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+                if n <= 0 {
+                    err = Some(std::io::Error::last_os_error());
+                    break;
+                }
+                done += n as usize;
+            }
+            if let Some(e) = err {
+                warn!(
+                    "hxcomm rank {}: direct copy to rank {} not possible ({e}); large messages to it go through the shared-memory ring",
+                    self.core.rank(),
+                    w.peer
+                );
+            }
+            self.core.direct_done(w, done == w.len);
+        }
+    }
+
     fn flush_dirty(&mut self) {
+        self.direct_copies();
         let mut dirty = std::mem::take(&mut self.dirty);
         self.core.take_dirty(&mut dirty);
         for &p in &dirty {

@@ -30,6 +30,9 @@ pub struct Settings {
     pub rank_timeout: Duration,
     /// HX_TRANSPORTS: `shm,tcp` (default: shared memory between ranks on one host) or `tcp`.
     pub shm: bool,
+    /// HX_DIRECT: copy large messages between ranks of one host straight into the receiver's
+    /// buffer (process_vm_writev) instead of through the ring.
+    pub direct: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -119,6 +122,11 @@ impl Settings {
             rail_timeout: Duration::from_millis(num("HX_RAIL_TIMEOUT", 1000u64)?.max(1)),
             rank_timeout: Duration::from_secs(num("HX_RANK_TIMEOUT", 30u64)?.max(1)),
             shm: transports()?,
+            direct: match var("HX_DIRECT").as_deref() {
+                None | Some("1") | Some("yes") | Some("true") => true,
+                Some("0") | Some("no") | Some("false") => false,
+                Some(v) => return Err(Error::Config(format!("HX_DIRECT={v}: expected 0 or 1"))),
+            },
         })
     }
 }

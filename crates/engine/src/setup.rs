@@ -29,6 +29,8 @@ pub(crate) struct PeerInfo {
     pub host: String,
     /// Shared-memory host key (empty: this rank does not offer shared memory).
     pub shm: String,
+    /// Process id (for direct copies between processes of one host).
+    pub pid: u32,
     pub lo_port: u16,
     pub rails: Vec<RailAddr>,
 }
@@ -106,7 +108,11 @@ pub(crate) fn encode(info: &PeerInfo) -> String {
         info.lo_port
     );
     if !info.shm.is_empty() {
-        s.push_str(&format!(" shm={}", info.shm.replace(' ', "_")));
+        s.push_str(&format!(
+            " shm={} pid={}",
+            info.shm.replace(' ', "_"),
+            info.pid
+        ));
     }
     for r in &info.rails {
         s.push_str(&format!(
@@ -130,6 +136,7 @@ pub(crate) fn decode(rank: u32, s: &str) -> Result<PeerInfo, Error> {
     let mut info = PeerInfo {
         host: String::new(),
         shm: String::new(),
+        pid: 0,
         lo_port: 0,
         rails: Vec::new(),
     };
@@ -138,6 +145,7 @@ pub(crate) fn decode(rank: u32, s: &str) -> Result<PeerInfo, Error> {
         match k {
             "host" => info.host = v.to_string(),
             "shm" => info.shm = v.to_string(),
+            "pid" => info.pid = v.parse().map_err(|_| bad("pid"))?,
             "lo" => info.lo_port = v.parse().map_err(|_| bad("lo port"))?,
             "rail" => {
                 let f: Vec<&str> = v.split(',').collect();
@@ -222,6 +230,7 @@ mod tests {
         PeerInfo {
             host: host.into(),
             shm: String::new(),
+            pid: 0,
             lo_port: 1000,
             rails: rails
                 .iter()

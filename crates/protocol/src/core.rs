@@ -120,6 +120,22 @@ pub(crate) struct Peer {
     /// Receiver side: eager bytes from this peer freed, and the last count reported to it.
     pub consumed: u64,
     pub credit_sent: u64,
+    /// Same host and direct copies allowed: rendezvous data may bypass the link.
+    pub direct: bool,
+}
+
+/// A rendezvous message the driver should copy straight into the receiver's memory (same host:
+/// `process_vm_writev`), then report with [`Core::direct_done`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectWrite {
+    pub peer: Rank,
+    /// Address of the receive buffer in the peer process.
+    pub remote_addr: u64,
+    /// Bytes to copy (the message, or the receiver's capacity if that is smaller).
+    pub len: usize,
+    pub(crate) req: ReqId,
+    pub(crate) seq: u64,
+    pub(crate) msg_len: usize,
 }
 
 /// Counters for tests and reports.
@@ -139,6 +155,7 @@ pub struct Core<B> {
     pub(crate) dirty: Vec<Rank>,
     pub(crate) spare_bufs: Vec<Vec<u8>>,
     pub(crate) resends: u64,
+    pub(crate) direct_q: VecDeque<DirectWrite>,
 }
 
 fn matches(src: Option<Rank>, tag: Option<u64>, msg_src: Rank, msg_tag: u64) -> bool {
@@ -165,6 +182,7 @@ impl<B: Buffer> Core<B> {
                 credit_granted: 0,
                 consumed: 0,
                 credit_sent: 0,
+                direct: false,
             })
             .collect();
         Core {
@@ -177,6 +195,7 @@ impl<B: Buffer> Core<B> {
             dirty: Vec::new(),
             spare_bufs: Vec::new(),
             resends: 0,
+            direct_q: VecDeque::new(),
         }
     }
 
@@ -515,6 +534,52 @@ impl<B: Buffer> Core<B> {
         }
     }
 
+    /// Allows (or stops) direct copies of rendezvous data to `peer` (a process on this host whose
+    /// memory the driver can write).
+    pub fn set_direct(&mut self, peer: Rank, on: bool) {
+        self.peers[peer as usize].direct = on;
+    }
+
+    /// The next direct copy the driver should make.
+    pub fn take_direct(&mut self) -> Option<DirectWrite> {
+        self.direct_q.pop_front()
+    }
+
+    /// The bytes a direct copy reads.
+    pub fn direct_source(&self, w: &DirectWrite) -> &[u8] {
+        self.reqs
+            .get(w.req)
+            .and_then(|r| r.buf.as_slice().get(..w.len))
+            .unwrap_or(&[])
+    }
+
+    /// The driver made (`ok`) or could not make a direct copy. Done: tell the receiver and
+    /// complete the send. Not done: send the data through the link instead.
+    pub fn direct_done(&mut self, w: DirectWrite, ok: bool) {
+        if !ok {
+            self.peers[w.peer as usize].direct = false;
+            self.start_data_frames(w.peer, w.req, w.seq);
+            return;
+        }
+        let mut h = FrameHeader::new(FrameKind::Fin);
+        h.seq = w.seq;
+        h.value = w.msg_len as u64;
+        let rail = self.pick_rail(w.peer);
+        self.enqueue_on(w.peer, rail, TxItem::new(h, TxBody::None, None));
+        if let Some(r) = self.reqs.get_mut(w.req) {
+            if let ReqKind::Send(s) = &mut r.kind {
+                s.unacked = 0;
+            }
+            r.completion = Completion::Done(Status {
+                source: self.me,
+                src_ep: 0,
+                tag: 0,
+                len: w.msg_len,
+                truncated: false,
+            });
+        }
+    }
+
     /// Queues an orderly close (Bye) on every rail to `peer`; nothing may be sent after it.
     pub fn send_bye(&mut self, peer: Rank) {
         for rail in self.live_rails(peer) {
@@ -739,6 +804,14 @@ impl<B: Buffer> Core<B> {
         let mut h = FrameHeader::new(FrameKind::Cts);
         h.seq = seq;
         h.dst_ep = src_ep;
+        if len > 0 && self.peers[peer as usize].direct {
+            // Offer the buffer for a direct copy; the sender falls back to data frames if it
+            // cannot.
+            let buf = self.reqs.get_mut(req).unwrap().buf.as_mut_slice();
+            h.flags |= hx_wire::FLAG_DIRECT;
+            h.value = buf.as_mut_ptr() as u64;
+            h.tag = buf.len() as u64;
+        }
         let rail = self.pick_rail(peer);
         self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
     }

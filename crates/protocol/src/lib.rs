@@ -24,7 +24,7 @@ mod slab;
 mod tx;
 
 pub use crate::buffer::Buffer;
-pub use crate::core::{Core, Stats};
+pub use crate::core::{Core, DirectWrite, Stats};
 pub use crate::slab::Handle;
 pub use hx_wire as wire;
 

@@ -199,6 +199,7 @@ impl<B: Buffer> Core<B> {
                 | FrameKind::Cts
                 | FrameKind::Data
                 | FrameKind::Credit
+                | FrameKind::Fin
         ) {
             return;
         }
@@ -300,7 +301,7 @@ impl<B: Buffer> Core<B> {
             FrameKind::Cts => {
                 let p = &mut self.peers[peer as usize];
                 match p.wait_cts.remove(&h.seq) {
-                    Some(req) => self.start_data(peer, req, h.seq),
+                    Some(req) => self.start_data(peer, req, h),
                     // A resent CTS for data already under way.
                     None if h.seq < p.tx_seq => {}
                     None => {
@@ -343,6 +344,22 @@ impl<B: Buffer> Core<B> {
             }
             FrameKind::Bye => {
                 self.peers[peer as usize].rails[rail].bye = true;
+                Ok(None)
+            }
+            FrameKind::Fin => {
+                // The sender copied the message into our buffer directly.
+                let p = &mut self.peers[peer as usize];
+                let Some(req) = p.rdv_recv.remove(&h.seq) else {
+                    return Err(Self::violation(peer, rail, h.seq, "FIN for no rendezvous"));
+                };
+                if let Some(r) = self.reqs.get_mut(req) {
+                    if let ReqKind::Recv(rv) = &mut r.kind {
+                        rv.unreceived = 0;
+                        if r.completion == Completion::Pending {
+                            r.completion = Completion::Done(rv.status.unwrap());
+                        }
+                    }
+                }
                 Ok(None)
             }
             FrameKind::Credit => {

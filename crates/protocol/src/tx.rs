@@ -62,7 +62,8 @@ impl TxItem {
                 | FrameKind::Rts
                 | FrameKind::Cts
                 | FrameKind::Data
-                | FrameKind::Credit)
+                | FrameKind::Credit
+                | FrameKind::Fin)
         )
     }
 
@@ -77,7 +78,11 @@ impl TxItem {
     pub fn is_control(&self) -> bool {
         matches!(
             FrameKind::from_u8(self.kind()),
-            Ok(FrameKind::Rts | FrameKind::Cts | FrameKind::Credit | FrameKind::Ack)
+            Ok(FrameKind::Rts
+                | FrameKind::Cts
+                | FrameKind::Credit
+                | FrameKind::Ack
+                | FrameKind::Fin)
         )
     }
 
@@ -295,8 +300,27 @@ impl<B: Buffer> Core<B> {
         }
     }
 
-    /// The receiver is ready for rendezvous message `req`: place its data on the rails.
-    pub(crate) fn start_data(&mut self, peer: Rank, req: ReqId, seq: u64) {
+    /// The receiver is ready for rendezvous message `req` (its CTS is `cts`): have the driver
+    /// copy it directly if the receiver offered that, else place its data on the rails.
+    pub(crate) fn start_data(&mut self, peer: Rank, req: ReqId, cts: &FrameHeader) {
+        let direct = cts.flags & hx_wire::FLAG_DIRECT != 0 && self.peers[peer as usize].direct;
+        match self.reqs.get(req) {
+            Some(r) if direct => {
+                let msg_len = r.buf.as_slice().len();
+                self.direct_q.push_back(crate::DirectWrite {
+                    peer,
+                    remote_addr: cts.value,
+                    len: msg_len.min(cts.tag as usize),
+                    req,
+                    seq: cts.seq,
+                    msg_len,
+                });
+            }
+            _ => self.start_data_frames(peer, req, cts.seq),
+        }
+    }
+
+    pub(crate) fn start_data_frames(&mut self, peer: Rank, req: ReqId, seq: u64) {
         let len = match self.reqs.get(req) {
             Some(r) => r.buf.as_slice().len(),
             None => return,

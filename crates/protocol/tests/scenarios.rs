@@ -299,3 +299,31 @@ fn eager_credits_bound_a_flooded_receiver() {
         assert_eq!(buf, pattern(0, i, 1000));
     }
 }
+
+#[test]
+fn direct_copies_complete_rendezvous() {
+    let mut sim = Cluster::new(2, 1, Config::default(), 4);
+    sim.enable_direct();
+    let len = 3 << 20;
+    let s = sim.cores[0].send(1, 0, 0, 1, pattern(0, 1, len)).unwrap();
+    let r = sim.cores[1].recv(0, Some(0), None, vec![0; len]).unwrap();
+    let small = sim.cores[1].recv(0, Some(0), None, vec![0; 1000]).unwrap();
+    let s2 = sim.cores[0]
+        .send(1, 0, 0, 2, pattern(0, 2, 100_000))
+        .unwrap();
+    assert!(sim
+        .run_until(1_000_000, |c| !c.cores[1].is_pending(r)
+            && !c.cores[1].is_pending(small))
+        .unwrap());
+    assert_eq!(sim.cores[1].take(r).unwrap().1, pattern(0, 1, len));
+    // Truncated direct copy: only the receiver's capacity is written, and it says so.
+    let (c, buf) = sim.cores[1].take(small).unwrap();
+    assert!(matches!(c, Completion::Done(st) if st.truncated && st.len == 100_000));
+    assert_eq!(buf, pattern(0, 2, 100_000)[..1000]);
+    // No data frames crossed the link: only control frames.
+    assert!(sim.cores[0].stats(1).tx_bytes_per_rail[0] < 1000);
+    assert!(sim
+        .run_until(1000, |c| !c.cores[0].is_pending(s)
+            && !c.cores[0].is_pending(s2))
+        .unwrap());
+}

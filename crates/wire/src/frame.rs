@@ -19,6 +19,9 @@ pub const HEADER_LEN: usize = 48;
 
 /// Flag: the receiver should acknowledge promptly (e.g. the last chunk of a message).
 pub const FLAG_ACK_REQ: u8 = 1;
+/// Flag on a CTS: the receiver offers its buffer for a direct copy (same host): `value` is the
+/// buffer's address in the receiver, `tag` its capacity.
+pub const FLAG_DIRECT: u8 = 2;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +43,8 @@ pub enum FrameKind {
     Ack = 7,
     /// Eager credit: the receiver has freed `value` bytes of eager data (cumulative); no payload.
     Credit = 8,
+    /// A rendezvous message was copied directly into the receiver's buffer (`value` bytes).
+    Fin = 9,
 }
 
 impl FrameKind {
@@ -53,6 +58,7 @@ impl FrameKind {
             6 => FrameKind::Bye,
             7 => FrameKind::Ack,
             8 => FrameKind::Credit,
+            9 => FrameKind::Fin,
             found => return Err(WireError::UnknownKind { found }),
         })
     }
@@ -148,6 +154,7 @@ impl FrameHeader {
             | FrameKind::Bye
             | FrameKind::Ack
             | FrameKind::Credit
+            | FrameKind::Fin
                 if self.payload_len != 0 =>
             {
                 bad("payload_len", self.payload_len as u64)

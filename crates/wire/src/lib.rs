@@ -7,7 +7,7 @@
 mod frame;
 mod hello;
 
-pub use frame::{FrameHeader, FrameKind, FLAG_ACK_REQ, HEADER_LEN, MAGIC, VERSION};
+pub use frame::{FrameHeader, FrameKind, FLAG_ACK_REQ, FLAG_DIRECT, HEADER_LEN, MAGIC, VERSION};
 pub use hello::{Challenge, Hello, CHALLENGE_LEN, HELLO_LEN, HELLO_MAGIC};
 
 use std::fmt;
