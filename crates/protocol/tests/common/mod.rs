@@ -62,7 +62,7 @@ pub fn run_scenario_with_faults(
 ) -> Result<u64, String> {
     let mut rng = Rng::new(seed ^ 0xabcdef);
     let mut sim = Cluster::new(ranks, rails, cfg, seed);
-    if cut_every == 0 && seed % 3 == 0 {
+    if cut_every == 0 && seed.is_multiple_of(3) {
         // Same-host peers: rendezvous data copied directly, the receiver told by a FIN.
         sim.enable_direct();
     }
