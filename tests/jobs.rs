@@ -70,23 +70,19 @@ fn random_traffic_under_every_policy() {
     }
 }
 
-/// Killing one rank makes `hxcomm run` exit non-zero within 5 s, naming the rank, and leaves no
-/// process behind.
-#[test]
-fn killed_rank_ends_the_job() {
-    let marker = "424242";
-    let mut job = Command::new(hxcomm())
-        .args(["run", "-n", "3", "--"])
-        .args([
-            hxcomm(),
-            "bench",
-            "stress",
-            "--messages",
-            "100000000",
-            "--max-size",
-            "64k",
-        ])
-        .args(["--seed", marker])
+/// Starts a 3-rank endless stress job, kills one rank, and checks that `hxcomm run` exits
+/// non-zero within 5 s naming it, that no process is left, and that nothing is left in /dev/shm.
+fn kill_one_rank(marker: &str, env: &[&str]) {
+    let before = shm_files();
+    let mut launcher = Command::new(hxcomm());
+    launcher.args(["run", "-n", "3"]);
+    for e in env {
+        launcher.args(["--env", e]);
+    }
+    let mut job = launcher
+        .arg("--")
+        .args([hxcomm(), "bench", "stress", "--messages", "100000000"])
+        .args(["--max-size", "64k", "--seed", marker])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -118,6 +114,19 @@ fn killed_rank_ends_the_job() {
         no_process_with(marker, Duration::from_secs(3)),
         "processes left behind"
     );
+    assert_eq!(shm_files(), before, "shared-memory files left behind");
+}
+
+/// Killing one rank (ranks talking over loopback TCP rails) ends the job.
+#[test]
+fn killed_rank_ends_the_job() {
+    kill_one_rank("424242", &["HX_TRANSPORTS=tcp", "HX_LOOPBACK_RAILS=2"]);
+}
+
+/// Killing a rank that talks over shared memory ends the job and leaves nothing behind.
+#[test]
+fn killed_shared_memory_rank_leaves_nothing() {
+    kill_one_rank("434343", &[]);
 }
 
 /// Connections that do not present the job secret are closed and logged; the job completes.
@@ -236,38 +245,5 @@ fn shared_memory_random_traffic() {
         })
         .sum();
     assert_eq!(received, 10000);
-    assert_eq!(shm_files(), before, "shared-memory files left behind");
-}
-
-/// Killing a rank that talks over shared memory ends the job and leaves nothing behind.
-#[test]
-fn killed_shared_memory_rank_leaves_nothing() {
-    let before = shm_files();
-    let marker = "434343";
-    let job = Command::new(hxcomm())
-        .args(["run", "-n", "3", "--"])
-        .args([
-            hxcomm(),
-            "bench",
-            "stress",
-            "--messages",
-            "100000000",
-            "--max-size",
-            "64k",
-        ])
-        .args(["--seed", marker])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pids = rank_pids(marker, 3, Duration::from_secs(20));
-    std::thread::sleep(Duration::from_millis(500));
-    unsafe { libc::kill(pids[2].0, libc::SIGKILL) };
-    let out = job.wait_with_output().unwrap();
-    assert!(!out.status.success());
-    assert!(
-        no_process_with(marker, Duration::from_secs(3)),
-        "processes left behind"
-    );
     assert_eq!(shm_files(), before, "shared-memory files left behind");
 }

@@ -55,13 +55,9 @@ pub fn listen(ip: Ipv4Addr, device: Option<&str>) -> io::Result<TcpListener> {
     Ok(s.into())
 }
 
-/// Connects from `local` (bound to `device` if given) to `remote`, within `timeout`.
-pub fn connect(
-    local: Ipv4Addr,
-    device: Option<&str>,
-    remote: SocketAddr,
-    timeout: Duration,
-) -> io::Result<TcpStream> {
+/// A TCP socket bound to `local` (port chosen by the kernel) and, if given, to `device` — the
+/// device first, so that the bind already honours it.
+fn bound_socket(local: Ipv4Addr, device: Option<&str>) -> io::Result<Socket> {
     let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
     if let Some(dev) = device {
         s.bind_device(Some(dev.as_bytes()))
@@ -69,6 +65,17 @@ pub fn connect(
     }
     s.bind(&SocketAddr::V4(SocketAddrV4::new(local, 0)).into())
         .map_err(|e| ctx(e, format!("bind {local}")))?;
+    Ok(s)
+}
+
+/// Connects from `local` (bound to `device` if given) to `remote`, within `timeout`.
+pub fn connect(
+    local: Ipv4Addr,
+    device: Option<&str>,
+    remote: SocketAddr,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    let s = bound_socket(local, device)?;
     s.connect_timeout(&remote.into(), timeout)
         .map_err(|e| ctx(e, format!("connect {local} -> {remote}")))?;
     Ok(s.into())
@@ -116,13 +123,7 @@ pub fn connect_nonblocking(
     device: Option<&str>,
     remote: SocketAddr,
 ) -> io::Result<TcpStream> {
-    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
-    if let Some(dev) = device {
-        s.bind_device(Some(dev.as_bytes()))
-            .map_err(|e| ctx(e, format!("SO_BINDTODEVICE {dev}")))?;
-    }
-    s.bind(&SocketAddr::V4(SocketAddrV4::new(local, 0)).into())
-        .map_err(|e| ctx(e, format!("bind {local}")))?;
+    let s = bound_socket(local, device)?;
     s.set_nonblocking(true)?;
     match s.connect(&remote.into()) {
         Ok(()) => {}
