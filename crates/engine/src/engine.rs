@@ -333,13 +333,15 @@ impl Engine {
 
     /// Puts a connected link in service (again) as `rail` to `peer`.
     fn install_link(&mut self, peer: Rank, rail: usize, link: Box<dyn Link>) -> Result<(), Error> {
-        self.poller
-            .add(
-                link.fd(),
-                poller::IN | poller::OUT | poller::HUP,
-                link_token(peer, rail),
-            )
-            .map_err(io_err("epoll add"))?;
+        let token = link_token(peer, rail);
+        if link.polled() {
+            // Looked at every round anyway; epoll only has to wake a sleeper.
+            self.poller.add_level(link.fd(), poller::IN, token)
+        } else {
+            self.poller
+                .add(link.fd(), poller::IN | poller::OUT | poller::HUP, token)
+        }
+        .map_err(io_err("epoll add"))?;
         if link.polled() {
             self.polled.push((peer, rail));
         }

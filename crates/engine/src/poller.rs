@@ -27,10 +27,7 @@ impl Poller {
     }
 
     fn ctl(&self, op: i32, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: events | libc::EPOLLET as u32,
-            u64: token,
-        };
+        let mut ev = libc::epoll_event { events, u64: token };
         // SAFETY: valid epoll fd and event struct.
         if unsafe { libc::epoll_ctl(self.fd, op, fd, &mut ev) } < 0 {
             return Err(io::Error::last_os_error());
@@ -39,6 +36,18 @@ impl Poller {
     }
 
     pub fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        self.ctl(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            events | libc::EPOLLET as u32,
+            token,
+        )
+    }
+
+    /// Level-triggered, for fds that are themselves epoll sets (shared-memory links): an
+    /// edge-triggered registration of a nested epoll can miss wakeups while a stale entry sits
+    /// in its ready list; polling it level-triggered re-checks it every time.
+    pub fn add_level(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)
     }
 
