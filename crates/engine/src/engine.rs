@@ -722,11 +722,18 @@ impl Engine {
                     if flags & (poller::IN | poller::HUP) != 0 {
                         self.read_rail(peer, rail);
                     }
+                    // Every edge reports the whole mask, so OUT also comes with plain input:
+                    // only a rail that was full has news here. Its turn comes in flush_dirty,
+                    // shared fairly with the other rails.
                     if flags & poller::OUT != 0 {
                         if let Some(b) = self.blocked[peer as usize].get_mut(rail) {
-                            *b = false;
+                            if *b {
+                                *b = false;
+                                if !self.dirty.contains(&peer) {
+                                    self.dirty.push(peer);
+                                }
+                            }
                         }
-                        self.flush_rail(peer, rail);
                     }
                 }
                 T_LISTEN if token & T_CONNECT == T_CONNECT => {
@@ -789,9 +796,20 @@ impl Engine {
         self.direct_copies();
         let mut dirty = std::mem::take(&mut self.dirty);
         self.core.take_dirty(&mut dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
         for &p in &dirty {
-            for rail in 0..self.links[p as usize].len() {
-                self.flush_rail(p, rail);
+            // Rails take turns, one write each, until none can take more: otherwise the first
+            // rail would pull every chunk of a message its socket buffer can hold, and a
+            // medium-size message would leave on one rail only.
+            loop {
+                let mut wrote = false;
+                for rail in 0..self.links[p as usize].len() {
+                    wrote |= self.flush_rail_turns(p, rail, 1) > 0;
+                }
+                if !wrote {
+                    break;
+                }
             }
         }
         dirty.clear();
@@ -799,42 +817,49 @@ impl Engine {
     }
 
     fn flush_rail(&mut self, peer: Rank, rail: usize) {
+        self.flush_rail_turns(peer, rail, usize::MAX);
+    }
+
+    /// Writes what `rail` to `peer` has, at most `turns` writes; returns how many it made.
+    fn flush_rail_turns(&mut self, peer: Rank, rail: usize, turns: usize) -> usize {
         let p = peer as usize;
+        let mut made = 0;
         loop {
-            if !self.core.tx_pending(peer, rail) {
-                return;
+            if made == turns || !self.core.tx_pending(peer, rail) {
+                return made;
             }
             let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.as_mut()) else {
-                return;
+                return made;
             };
             // Sockets wait for EPOLLOUT once full; shared memory is simply tried again.
             if self.blocked[p][rail] && !link.polled() {
-                return;
+                return made;
             }
             let mut iov = [IoSlice::new(&[]); 64];
             let cnt = self.core.tx_iovecs(peer, rail, &mut iov);
             if cnt == 0 {
-                return;
+                return made;
             }
             let want: usize = iov[..cnt].iter().map(|s| s.len()).sum();
             match link.write_vectored(&iov[..cnt]) {
                 Ok(n) => {
                     self.core.tx_done(peer, rail, n);
+                    made += 1;
                     if n < want {
                         self.blocked[p][rail] = true;
-                        return;
+                        return made;
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     self.blocked[p][rail] = true;
-                    return;
+                    return made;
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
                     let by_peer =
                         matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset);
                     self.rail_down(peer, rail, &format!("write failed: {e}"), by_peer);
-                    return;
+                    return made;
                 }
             }
         }

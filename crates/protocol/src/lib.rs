@@ -105,7 +105,7 @@ impl Default for Config {
             policy: Policy::Adaptive,
             eager_limit: 32 * 1024,
             max_chunk: 256 * 1024,
-            min_chunk: 32 * 1024,
+            min_chunk: 16 * 1024,
             stage_size: 64 * 1024,
             eager_credits: 4 << 20,
         }
