@@ -158,6 +158,9 @@ pub struct Core<B> {
     pub(crate) direct_q: VecDeque<DirectWrite>,
 }
 
+/// Adaptive: messages at least this long rotate over rails even when the pair is quiet.
+const ROTATE_FROM: usize = 4 * 1024;
+
 fn matches(src: Option<Rank>, tag: Option<u64>, msg_src: Rank, msg_tag: u64) -> bool {
     src.is_none_or(|s| s == msg_src) && tag.is_none_or(|t| t == msg_tag)
 }
@@ -305,7 +308,7 @@ impl<B: Buffer> Core<B> {
         h.seq = seq;
         h.tag = tag;
         h.value = len as u64;
-        let rail = self.pick_rail(peer);
+        let rail = self.pick_rail_for(peer, len);
         let p = &mut self.peers[peer as usize];
         let cost = len as u64 + crate::EAGER_OVERHEAD;
         let eager = len <= self.cfg.eager_limit
@@ -825,6 +828,11 @@ impl<B: Buffer> Core<B> {
 
     /// Rail for a small message or control frame; `None` while every rail to `peer` is down.
     pub(crate) fn pick_rail(&mut self, peer: Rank) -> Option<usize> {
+        self.pick_rail_for(peer, 0)
+    }
+
+    /// Rail for a message of `len` bytes (eager, or the RTS of a large one).
+    pub(crate) fn pick_rail_for(&mut self, peer: Rank, len: usize) -> Option<usize> {
         let me = self.me;
         let p = &mut self.peers[peer as usize];
         let n = p.rails.len();
@@ -843,8 +851,10 @@ impl<B: Buffer> Core<B> {
                 // A quiet pair (nothing queued or in flight: ping-pong) keeps to one rail. In a
                 // stream, messages rotate over the rails whose sockets take data right away, and
                 // when every rail has a backlog, go to the shortest.
+                // Messages of several KiB rotate even then: each takes a while on the wire,
+                // and the next one should not wait behind it.
                 let quiet = p.rails.iter().all(|r| r.queued + r.log_bytes == 0);
-                if quiet {
+                if quiet && len < ROTATE_FROM {
                     return live_from(p, bound);
                 }
                 for i in 0..n {
