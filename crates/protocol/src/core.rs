@@ -160,6 +160,8 @@ pub struct Core<B> {
 
 /// Adaptive: messages at least this long rotate over rails even when the pair is quiet.
 const ROTATE_FROM: usize = 4 * 1024;
+/// Adaptive: a rail whose queue exceeds the shortest by this much gets no new messages.
+const BACKLOG_SLACK: usize = 256 * 1024;
 
 fn matches(src: Option<Rank>, tag: Option<u64>, msg_src: Rank, msg_tag: u64) -> bool {
     src.is_none_or(|s| s == msg_src) && tag.is_none_or(|t| t == msg_tag)
@@ -857,16 +859,19 @@ impl<B: Buffer> Core<B> {
                 if quiet && len < ROTATE_FROM {
                     return live_from(p, bound);
                 }
-                for i in 0..n {
-                    let r = (p.rr_next + i) % n;
-                    if p.rails[r].up && p.rails[r].queued == 0 {
-                        p.rr_next = (r + 1) % n;
-                        return Some(r);
-                    }
-                }
-                (0..n)
+                // Rotate over the rails whose backlog is within a slack of the shortest: in a
+                // healthy stream that is every rail (as rr), while a stalled rail's backlog grows
+                // past the slack and it stops getting messages.
+                let shortest = (0..n)
                     .filter(|&r| p.rails[r].up)
-                    .min_by_key(|&r| p.rails[r].queued)
+                    .map(|r| p.rails[r].queued)
+                    .min()?;
+                let limit = shortest + BACKLOG_SLACK;
+                let r = (0..n)
+                    .map(|i| (p.rr_next + i) % n)
+                    .find(|&r| p.rails[r].up && p.rails[r].queued <= limit)?;
+                p.rr_next = (r + 1) % n;
+                Some(r)
             }
         }
     }
