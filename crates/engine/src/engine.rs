@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use hx_bootstrap::{Bootstrap, Secret};
-use hx_protocol::{Completion, Core, EpId, ProtoError, Rank, ReqId, Status};
+use hx_protocol::{Completion, Core, EpId, Rank, ReqId, Status};
 use hx_transport::handshake::{self, Verdict};
 use hx_transport::shm::{self, ShmListener};
 use hx_transport::tcp::{self, RailOptions, TcpLink};
@@ -1343,11 +1343,6 @@ impl Engine {
         r
     }
 
-    /// For tests: raw access to the job's bootstrap.
-    pub fn bootstrap(&mut self) -> &mut dyn Bootstrap {
-        &mut *self.bootstrap
-    }
-
     /// Rails that broke (not closed in order) since start.
     pub fn rail_failures(&self) -> u64 {
         self.rail_failures
@@ -1361,17 +1356,5 @@ impl Engine {
     /// Why `peer` is considered failed, if it is.
     pub fn peer_failure(&self, peer: Rank) -> Option<&str> {
         self.core.peer_failed(peer)
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        self.finalizing = true;
-    }
-}
-
-impl From<Error> for ProtoError {
-    fn from(e: Error) -> Self {
-        ProtoError::Invalid(e.to_string())
     }
 }
