@@ -247,3 +247,38 @@ fn shared_memory_random_traffic() {
     assert_eq!(received, 10000);
     assert_eq!(shm_files(), before, "shared-memory files left behind");
 }
+
+/// A rank that hangs (stopped) for HX_RANK_TIMEOUT stops the job, named, with nothing left.
+#[test]
+fn hung_rank_stops_the_job() {
+    let marker = "454545";
+    let job = Command::new(hxcomm())
+        .args(["run", "-n", "2", "--env", "HX_RANK_TIMEOUT=2", "--"])
+        .args([hxcomm(), "bench", "stress", "--messages", "100000000"])
+        .args(["--max-size", "64k", "--seed", marker])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = rank_pids(marker, 2, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(300));
+    let (pid, rank) = pids[1];
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t = Instant::now();
+    let out = job.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains(&format!("rank {rank} has been stopped")),
+        "{stderr}"
+    );
+    assert!(
+        no_process_with(marker, Duration::from_secs(3)),
+        "processes left behind"
+    );
+}

@@ -28,6 +28,15 @@ use crate::watchdog::Watchdog;
 const POLL: Duration = Duration::from_millis(10);
 /// Time between SIGTERM and SIGKILL when stopping the job.
 pub const GRACE: Duration = Duration::from_secs(2);
+/// Exit code when a rank hangs (stopped for HX_RANK_TIMEOUT).
+pub const HANG_EXIT: i32 = 125;
+
+/// The state letter of a process (R, S, D, T, t, Z, ...), from /proc.
+fn process_state(pid: libc::pid_t) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
 /// Exit code when `--timeout` expires (as `timeout(1)`).
 pub const TIMEOUT_EXIT: i32 = 124;
 
@@ -248,8 +257,18 @@ impl Job {
 
     /// Watches the ranks until all have ended; stops the job on the first failure, on SIGINT /
     /// SIGTERM to the launcher, or when `timeout` passes. Returns the job's exit code.
-    pub fn wait(mut self, signals: &SignalGuard, timeout: Option<Duration>) -> i32 {
+    ///
+    /// A rank that stays stopped (state T: SIGSTOP, or held by a debugger) for `hang_after`
+    /// cannot make progress and would hang its peers: the job is stopped, naming it.
+    pub fn wait(
+        mut self,
+        signals: &SignalGuard,
+        timeout: Option<Duration>,
+        hang_after: Duration,
+    ) -> i32 {
         let start = Instant::now();
+        let mut stopped_since: Vec<Option<Instant>> = vec![None; self.ranks.len()];
+        let mut next_hang_check = Instant::now();
         let mut result: Option<i32> = None;
         // Set once the job is being stopped: when to escalate to SIGKILL.
         let mut kill_at: Option<Instant> = None;
@@ -295,6 +314,15 @@ impl Job {
                     );
                     result = Some(128 + sig);
                     kill_at = Some(self.stop());
+                } else if let Some((rank, secs)) =
+                    self.hung_rank(&mut stopped_since, &mut next_hang_check, hang_after)
+                {
+                    eprintln!(
+                        "hxcomm run: rank {rank} has been stopped for {secs:.0} s (HX_RANK_TIMEOUT); it hangs the job, stopping {running} rank(s)"
+                    );
+                    result = Some(HANG_EXIT);
+                    self.signal_all(libc::SIGCONT);
+                    kill_at = Some(self.stop());
                 } else if timeout.is_some_and(|t| start.elapsed() >= t) {
                     eprintln!(
                         "hxcomm run: job timed out after {:.1} s, stopping {running} rank(s)",
@@ -315,6 +343,33 @@ impl Job {
         }
         self.drain_output();
         result.unwrap_or(0)
+    }
+
+    /// Every half second: is some running rank stopped, and for how long?
+    fn hung_rank(
+        &self,
+        stopped_since: &mut [Option<Instant>],
+        next_check: &mut Instant,
+        hang_after: Duration,
+    ) -> Option<(u32, f64)> {
+        let now = Instant::now();
+        if now < *next_check {
+            return None;
+        }
+        *next_check = now + Duration::from_millis(500);
+        for (i, rk) in self.ranks.iter().enumerate() {
+            let stopped =
+                rk.ended.is_none() && process_state(rk.pid).is_some_and(|c| c == 'T' || c == 't');
+            if !stopped {
+                stopped_since[i] = None;
+                continue;
+            }
+            let since = *stopped_since[i].get_or_insert(now);
+            if now.duration_since(since) >= hang_after {
+                return Some((rk.rank, now.duration_since(since).as_secs_f64()));
+            }
+        }
+        None
     }
 
     /// Sends SIGTERM to every running rank; returns when to send SIGKILL.

@@ -155,7 +155,21 @@ pub fn run_with_output(args: RunArgs, sinks: Option<OutputSinks>) -> i32 {
             };
         }
     }
-    let code = job.wait(&signals, plan.timeout);
+    // A rank stopped (SIGSTOP, a debugger) this long hangs the job: stop it, naming the rank.
+    let hang_after = plan
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "HX_RANK_TIMEOUT")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("HX_RANK_TIMEOUT").ok())
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .map_or(
+            std::time::Duration::from_secs(30),
+            std::time::Duration::from_secs_f64,
+        );
+    let code = job.wait(&signals, plan.timeout, hang_after);
     server.shutdown();
     code
 }
