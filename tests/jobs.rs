@@ -70,16 +70,15 @@ fn random_traffic_under_every_policy() {
     }
 }
 
-/// Starts a 3-rank endless stress job, kills one rank, and checks that `hxcomm run` exits
-/// non-zero within 5 s naming it, that no process is left, and that nothing is left in /dev/shm.
-fn kill_one_rank(marker: &str, env: &[&str]) {
-    let before = shm_files();
+/// Starts `n` ranks of stress traffic that never ends by itself (marked by `marker` for
+/// finding the rank processes), with `env` for every rank; returns the launcher and the ranks.
+fn endless_job(n: u32, env: &[&str], marker: &str) -> (std::process::Child, Vec<(i32, u32)>) {
     let mut launcher = Command::new(hxcomm());
-    launcher.args(["run", "-n", "3"]);
+    launcher.args(["run", "-n", &n.to_string()]);
     for e in env {
         launcher.args(["--env", e]);
     }
-    let mut job = launcher
+    let job = launcher
         .arg("--")
         .args([hxcomm(), "bench", "stress", "--messages", "100000000"])
         .args(["--max-size", "64k", "--seed", marker])
@@ -87,7 +86,15 @@ fn kill_one_rank(marker: &str, env: &[&str]) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let pids = rank_pids(marker, 3, Duration::from_secs(20));
+    let pids = rank_pids(marker, n as usize, Duration::from_secs(20));
+    (job, pids)
+}
+
+/// Starts a 3-rank endless stress job, kills one rank, and checks that `hxcomm run` exits
+/// non-zero within 5 s naming it, that no process is left, and that nothing is left in /dev/shm.
+fn kill_one_rank(marker: &str, env: &[&str]) {
+    let before = shm_files();
+    let (mut job, pids) = endless_job(3, env, marker);
     std::thread::sleep(Duration::from_millis(500));
     let (victim_pid, victim_rank) = pids[1];
     unsafe { libc::kill(victim_pid, libc::SIGKILL) };
@@ -252,15 +259,7 @@ fn shared_memory_random_traffic() {
 #[test]
 fn hung_rank_stops_the_job() {
     let marker = "454545";
-    let job = Command::new(hxcomm())
-        .args(["run", "-n", "2", "--env", "HX_RANK_TIMEOUT=2", "--"])
-        .args([hxcomm(), "bench", "stress", "--messages", "100000000"])
-        .args(["--max-size", "64k", "--seed", marker])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pids = rank_pids(marker, 2, Duration::from_secs(20));
+    let (job, pids) = endless_job(2, &["HX_RANK_TIMEOUT=2"], marker);
     std::thread::sleep(Duration::from_millis(300));
     let (pid, rank) = pids[1];
     unsafe { libc::kill(pid, libc::SIGSTOP) };

@@ -104,8 +104,8 @@ pub fn validate_name(name: &str) -> Result<(), TestbedError> {
     }
 }
 
-/// Parses a tc rate (`1gbit`, `500mbit`, `100mbps`, `2.5gbit`) into bits per second.
-pub fn parse_rate(s: &str) -> Result<u64, TestbedError> {
+/// Splits `2.5gbit` into 2.5 and `gbit` (lower case); `what` and `example` word the error.
+fn number_and_unit(s: &str, what: &str, example: &str) -> Result<(f64, String), TestbedError> {
     let lower = s.trim().to_ascii_lowercase();
     let split = lower
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -113,10 +113,16 @@ pub fn parse_rate(s: &str) -> Result<u64, TestbedError> {
     let (num, unit) = lower.split_at(split);
     let value: f64 = num.parse().map_err(|_| {
         invalid(format!(
-            "rate {s:?}: expected a number and a unit, e.g. 1gbit"
+            "{what} {s:?}: expected a number and a unit, e.g. {example}"
         ))
     })?;
-    let mult: f64 = match unit {
+    Ok((value, unit.to_string()))
+}
+
+/// Parses a tc rate (`1gbit`, `500mbit`, `100mbps`, `2.5gbit`) into bits per second.
+pub fn parse_rate(s: &str) -> Result<u64, TestbedError> {
+    let (value, unit) = number_and_unit(s, "rate", "1gbit")?;
+    let mult: f64 = match unit.as_str() {
         "bit" => 1.0,
         "kbit" => 1e3,
         "mbit" => 1e6,
@@ -168,17 +174,8 @@ pub fn parse_rates(s: &str, rails: u32) -> Result<Vec<Option<String>>, TestbedEr
 
 /// Parses a netem delay (`20us`, `1ms`, `0.5ms`) into microseconds.
 pub fn parse_delay(s: &str) -> Result<f64, TestbedError> {
-    let lower = s.trim().to_ascii_lowercase();
-    let split = lower
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(lower.len());
-    let (num, unit) = lower.split_at(split);
-    let value: f64 = num.parse().map_err(|_| {
-        invalid(format!(
-            "delay {s:?}: expected a number and a unit, e.g. 20us"
-        ))
-    })?;
-    let mult = match unit {
+    let (value, unit) = number_and_unit(s, "delay", "20us")?;
+    let mult = match unit.as_str() {
         "us" | "usec" => 1.0,
         "ms" | "msec" => 1e3,
         "s" | "sec" => 1e6,
