@@ -2,6 +2,7 @@
 //! ranks under the launcher (`hxcomm run -n 2 -- hxcomm bench bw`), plus `stress`, a validated
 //! random-traffic test for any number of ranks.
 
+mod alltoall;
 mod compare;
 mod p2p;
 mod pattern;
@@ -26,6 +27,8 @@ pub enum Which {
     Bibw(P2pOpts),
     /// Random validated traffic between all ranks (sizes, tags, any-source receives).
     Stress(stress::StressOpts),
+    /// Every rank sends to every other rank right after start (connections on first use), checked.
+    Alltoall(alltoall::AlltoallOpts),
     /// hxcomm beside iperf3, sockperf and (--mpi) Open MPI and MPICH over the same testbed rails (root).
     Compare(compare::CompareOpts),
 }
@@ -63,6 +66,7 @@ pub fn run(args: BenchArgs) -> i32 {
         Which::Bw(o) => p2p::run(p2p::Kind::Bw, &o),
         Which::Bibw(o) => p2p::run(p2p::Kind::Bibw, &o),
         Which::Stress(o) => stress::run(&o),
+        Which::Alltoall(o) => alltoall::run(&o),
         Which::Compare(o) => compare::run(&o),
     };
     match result {

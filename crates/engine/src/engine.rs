@@ -1,40 +1,40 @@
-//! The engine proper: connections, the progress loop, and the messaging API.
+//! The engine proper: the progress loop and the messaging API. Connections are in `conn`.
 
-use std::io::{ErrorKind, IoSlice, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::collections::HashMap;
+use std::io::{ErrorKind, IoSlice};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use hx_bootstrap::{Bootstrap, Secret};
 use hx_protocol::{Completion, Core, EpId, Rank, ReqId, Status};
-use hx_transport::handshake::{self, Verdict};
 use hx_transport::shm::{self, ShmListener};
-use hx_transport::tcp::{self, RailOptions, TcpLink};
-use hx_transport::Link;
-use tracing::{debug, error, info, warn};
+use hx_transport::tcp::{self, RailOptions};
+use hx_wire::{Address, RailIp, ADDRESS_LEN, ADDRESS_MAX_RAILS, ADDR_FLAG_SHM};
+use tracing::{debug, info, warn};
 
 use crate::buf::EngineBuf;
+use crate::conn::{Connecting, PeerSlot, PendingConn, ShmIn, ShmOut};
 use crate::error::io_err;
 use crate::poller::{self, Poller};
-use crate::setup::{self, PeerInfo, RailAddr};
+use crate::setup;
 use crate::{Error, Settings};
 
 /// Endpoint id reserved for the engine's own barrier.
 pub const BARRIER_EP: EpId = u16::MAX;
-/// Handshakes in progress at once; more connections are refused until some finish.
-const MAX_PENDING: usize = 64;
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
-const T_LINK: u64 = 1 << 62;
-const T_LISTEN: u64 = 2 << 62;
-const T_PENDING: u64 = 3 << 62;
-const T_MASK: u64 = 3 << 62;
-/// Sub-kinds under T_LISTEN (bit 61): outgoing reconnections and the shared-memory listener.
-const T_CONNECT: u64 = T_LISTEN | 1 << 61;
-const T_SHM_LISTEN: u64 = T_LISTEN | 1 << 60;
+pub(crate) const T_LINK: u64 = 1 << 62;
+pub(crate) const T_LISTEN: u64 = 2 << 62;
+pub(crate) const T_PENDING: u64 = 3 << 62;
+pub(crate) const T_MASK: u64 = 3 << 62;
+/// Sub-kinds under T_LISTEN: outgoing TCP handshakes, the shared-memory listener, and
+/// shared-memory handshakes in both directions.
+pub(crate) const T_CONNECT: u64 = T_LISTEN | 1 << 61;
+pub(crate) const T_SHM_LISTEN: u64 = T_LISTEN | 1 << 60;
+pub(crate) const T_SHM_CONNECT: u64 = T_LISTEN | 1 << 59;
+pub(crate) const T_SHM_ACCEPT: u64 = T_LISTEN | 1 << 58;
 /// How often the engine looks after rails (reconnects, timeouts) while it is being called.
 const HOUSEKEEPING: Duration = Duration::from_millis(50);
-const RECONNECT_EVERY: Duration = Duration::from_millis(500);
 /// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
 const BULK_SLEEP: usize = 256 * 1024;
 
@@ -51,68 +51,87 @@ impl Request {
     }
 }
 
-struct PendingConn {
-    stream: TcpStream,
-    hs: handshake::Pending,
-    deadline: Instant,
-    from: String,
-}
-
-/// An outgoing reconnection of a broken rail, driven by the event loop so that it never stalls
-/// traffic on the other rails.
-struct Connecting {
-    stream: TcpStream,
-    peer: Rank,
-    rail: usize,
-    challenge: [u8; hx_wire::CHALLENGE_LEN],
-    have: usize,
-    deadline: Instant,
-}
-
-/// What the engine knows about one rail besides its link.
-#[derive(Clone)]
-struct RailMeta {
-    /// The peer closed the connection (EOF or reset) rather than the network failing.
-    closed_by_peer: bool,
-    down_since: Option<Instant>,
-    next_retry: Instant,
-    /// Shared memory: cannot be reconnected, one per peer.
-    shm: bool,
-}
-
 /// One process's communication engine.
 pub struct Engine {
-    core: Core<EngineBuf>,
-    links: Vec<Vec<Option<Box<dyn Link>>>>,
-    blocked: Vec<Vec<bool>>,
-    labels: Vec<Vec<String>>,
-    poller: Poller,
-    listeners: Vec<(TcpListener, String)>,
-    pending: Vec<Option<PendingConn>>,
-    secret: Secret,
-    bootstrap: Box<dyn Bootstrap>,
-    settings: Settings,
-    rail_opts: RailOptions,
+    pub(crate) core: Core<EngineBuf>,
+    /// Per peer (by core peer number), per rail: everything about connections.
+    pub(crate) peers: Vec<PeerSlot>,
+    pub(crate) by_instance: HashMap<u64, Rank>,
+    /// This process's address (endpoint 0).
+    pub(crate) addr: Address,
+    /// Device names of `addr.rails`, in the same order.
+    pub(crate) devices: Vec<String>,
+    /// Accept connections from processes not introduced by `insert` or the bootstrap.
+    pub(crate) open_to_unknown: bool,
+    pub(crate) poller: Poller,
+    pub(crate) listeners: Vec<(TcpListener, String)>,
+    pub(crate) pending: Vec<Option<PendingConn>>,
+    pub(crate) backlog_waiting: bool,
+    pub(crate) connecting: Vec<Option<Connecting>>,
+    pub(crate) shm_listener: Option<ShmListener>,
+    pub(crate) shm_out: Vec<Option<ShmOut>>,
+    pub(crate) shm_in: Vec<Option<ShmIn>>,
+    pub(crate) ptracer_set: bool,
+    pub(crate) secret: Secret,
+    bootstrap: Option<Box<dyn Bootstrap>>,
+    pub(crate) settings: Settings,
+    pub(crate) rail_opts: RailOptions,
     dirty: Vec<Rank>,
     events: Vec<libc::epoll_event>,
     endpoints: Vec<EpId>,
     barrier_round: u64,
-    finalizing: bool,
-    routes: Vec<Vec<setup::Route>>,
-    meta: Vec<Vec<RailMeta>>,
-    connecting: Vec<Option<Connecting>>,
-    shm_listener: Option<ShmListener>,
+    pub(crate) finalizing: bool,
     /// Links read and written every round (shared memory), as (peer, rail).
-    polled: Vec<(Rank, usize)>,
+    pub(crate) polled: Vec<(Rank, usize)>,
     spins: u32,
     next_housekeeping: Instant,
     rail_failures: u64,
-    /// Process ids of peers on this host that direct copies go to.
-    peer_pids: Vec<u32>,
 }
 
-fn link_token(peer: Rank, rail: usize) -> u64 {
+pub(crate) fn link_token(peer: Rank, rail: usize) -> u64 {
     T_LINK | ((peer as u64) << 16) | rail as u64
+}
+
+fn random_instance() -> Result<u64, Error> {
+    loop {
+        let mut b = [0u8; 8];
+        hx_bootstrap::fill_random(&mut b).map_err(io_err("random instance number"))?;
+        let v = u64::from_le_bytes(b);
+        if v != 0 {
+            return Ok(v);
+        }
+    }
+}
+
+/// Listeners on loopback and every rail, all on one port (so one port in the address serves all
+/// of them); a few tries with fresh ports if one is taken on some interface.
+fn listen_everywhere(
+    rails: &[hx_transport::ifaces::Iface],
+) -> Result<(u16, Vec<(TcpListener, String)>), Error> {
+    let mut last = None;
+    for _ in 0..16 {
+        let lo = tcp::listen(Ipv4Addr::LOCALHOST, None, 0).map_err(io_err("loopback listener"))?;
+        let port = lo.local_addr().map_err(io_err("local_addr"))?.port();
+        let mut all = vec![(lo, "lo".to_string())];
+        let mut ok = true;
+        for iface in rails {
+            match tcp::listen(iface.addr, Some(&iface.name), port) {
+                Ok(l) => all.push((l, iface.name.clone())),
+                Err(e) if e.kind() == ErrorKind::AddrInUse => {
+                    last = Some(e);
+                    ok = false;
+                    break;
+                }
+                Err(e) => return Err(io_err(format!("listener on rail {}", iface.name))(e)),
+            }
+        }
+        if ok {
+            return Ok((port, all));
+        }
+    }
+    Err(io_err("listeners on one port for every rail")(
+        last.unwrap_or_else(|| std::io::Error::other("no free port")),
+    ))
 }
 
 impl Engine {
@@ -129,59 +148,96 @@ impl Engine {
         Self::with(settings, bootstrap, secret)
     }
 
-    /// Joins a job through the given bootstrap with explicit settings and job secret.
-    pub fn with(
+    /// A process of its own, not part of a launched job: peers are introduced by their
+    /// addresses ([`insert`](Self::insert)) or connect to it (any process that proves knowledge
+    /// of `secret`). This process is peer 0. `mgmt` is an address whose interface is left out
+    /// of the rails (the management network), if known.
+    pub fn open(
         settings: Settings,
-        bootstrap: Box<dyn Bootstrap>,
         secret: Secret,
+        mgmt: Option<Ipv4Addr>,
     ) -> Result<Engine, Error> {
-        let me = bootstrap.rank();
-        let size = bootstrap.size();
-        let bootstrap_ip = std::env::var("HX_BOOTSTRAP")
-            .ok()
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-            .and_then(|a| match a {
-                SocketAddr::V4(v4) if !v4.ip().is_loopback() => Some(*v4.ip()),
-                _ => None,
-            });
+        let mut eng = Self::new(settings, secret, 0, 1, mgmt, true)?;
+        eng.open_to_unknown = true;
+        Ok(eng)
+    }
+
+    fn new(
+        settings: Settings,
+        secret: Secret,
+        me: Rank,
+        size: u32,
+        mgmt: Option<Ipv4Addr>,
+        networked: bool,
+    ) -> Result<Engine, Error> {
         let poller = Poller::new().map_err(io_err("epoll_create"))?;
+        let instance = random_instance()?;
         let mut listeners = Vec::new();
-        let mut my_info = PeerInfo {
-            host: setup::host_id(),
-            shm: String::new(),
+        let mut addr = Address {
+            flags: 0,
+            ep: 0,
+            instance,
+            host: setup::host_hash(),
             pid: std::process::id(),
-            lo_port: 0,
+            port: 0,
             rails: Vec::new(),
         };
-        if settings.shm && size > 1 {
-            my_info.shm = shm::host_key().unwrap_or_default();
-        }
-        if size > 1 {
-            let lo = tcp::listen(Ipv4Addr::LOCALHOST, None).map_err(io_err("loopback listener"))?;
-            my_info.lo_port = lo.local_addr().map_err(io_err("local_addr"))?.port();
-            listeners.push((lo, "lo".to_string()));
-            for iface in setup::rail_interfaces(&settings, bootstrap_ip)? {
-                let l = tcp::listen(iface.addr, Some(&iface.name))
-                    .map_err(io_err(format!("listener on rail {}", iface.name)))?;
-                my_info.rails.push(RailAddr {
-                    name: iface.name.clone(),
-                    addr: iface.addr,
+        let mut devices = Vec::new();
+        let mut shm_listener = None;
+        if networked {
+            let rails = setup::rail_interfaces(&settings, mgmt)?;
+            if rails.len() > ADDRESS_MAX_RAILS {
+                warn!(
+                    "{} rail interfaces; an address describes {ADDRESS_MAX_RAILS}, the others are not used",
+                    rails.len()
+                );
+            }
+            let (port, ls) = listen_everywhere(&rails[..rails.len().min(ADDRESS_MAX_RAILS)])?;
+            addr.port = port;
+            listeners = ls;
+            for iface in rails.iter().take(ADDRESS_MAX_RAILS) {
+                addr.rails.push(RailIp {
+                    ip: iface.addr,
                     prefix: iface.prefix,
-                    port: l.local_addr().map_err(io_err("local_addr"))?.port(),
                 });
-                listeners.push((l, iface.name));
+                devices.push(iface.name.clone());
+            }
+            if settings.shm {
+                // An abstract socket name: nothing on disk, gone with the process.
+                let l = shm::listen(&shm::socket_name(&secret, instance))
+                    .map_err(io_err("shared-memory listener"))?;
+                l.set_nonblocking(true)
+                    .map_err(io_err("shared-memory listener"))?;
+                poller
+                    .add(l.as_raw_fd(), poller::IN, T_SHM_LISTEN)
+                    .map_err(io_err("epoll add"))?;
+                shm_listener = Some(l);
+                addr.flags |= ADDR_FLAG_SHM;
+            }
+            for (i, (l, _)) in listeners.iter().enumerate() {
+                poller
+                    .add(l.as_raw_fd(), poller::IN, T_LISTEN | i as u64)
+                    .map_err(io_err("epoll add"))?;
             }
         }
-        let mut eng = Engine {
+        Ok(Engine {
             core: Core::new(me, size, settings.protocol.clone()),
-            links: (0..size).map(|_| Vec::new()).collect(),
-            blocked: (0..size).map(|_| Vec::new()).collect(),
-            labels: (0..size).map(|_| Vec::new()).collect(),
+            peers: (0..size).map(|_| PeerSlot::unknown()).collect(),
+            by_instance: HashMap::new(),
+            addr,
+            devices,
+            open_to_unknown: false,
             poller,
             listeners,
             pending: Vec::new(),
+            backlog_waiting: false,
+            connecting: Vec::new(),
+            shm_listener,
+            shm_out: Vec::new(),
+            shm_in: Vec::new(),
+            ptracer_set: false,
             secret,
-            bootstrap,
+            bootstrap: None,
             rail_opts: RailOptions {
                 notsent_lowat: settings.notsent_lowat,
                 nodelay: true,
@@ -193,172 +249,86 @@ impl Engine {
             endpoints: Vec::new(),
             barrier_round: 0,
             finalizing: false,
-            routes: (0..size).map(|_| Vec::new()).collect(),
-            meta: (0..size).map(|_| Vec::new()).collect(),
-            connecting: Vec::new(),
-            shm_listener: None,
             polled: Vec::new(),
             spins: 0,
             next_housekeeping: Instant::now(),
             rail_failures: 0,
-            peer_pids: vec![0; size as usize],
-        };
+        })
+    }
+
+    /// Joins a job through the given bootstrap with explicit settings and job secret: each rank
+    /// publishes its address, learns everybody else's, and connects on first use.
+    pub fn with(
+        settings: Settings,
+        mut bootstrap: Box<dyn Bootstrap>,
+        secret: Secret,
+    ) -> Result<Engine, Error> {
+        let me = bootstrap.rank();
+        let size = bootstrap.size();
+        let mgmt = std::env::var("HX_BOOTSTRAP")
+            .ok()
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .and_then(|a| match a {
+                SocketAddr::V4(v4) if !v4.ip().is_loopback() => Some(*v4.ip()),
+                _ => None,
+            });
+        let mut eng = Self::new(settings, secret, me, size, mgmt, size > 1)?;
         if size > 1 {
-            eng.connect_all(me, size, &my_info)?;
+            let hex: String = eng
+                .addr
+                .to_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            bootstrap.put(&format!("hx.addr.{me}"), &hex)?;
+            bootstrap.fence()?;
+            for p in 0..size {
+                if p == me {
+                    continue;
+                }
+                let v = bootstrap.get(&format!("hx.addr.{p}"))?;
+                let bytes = decode_hex(&v).ok_or_else(|| {
+                    Error::Setup(format!("rank {p} published a malformed address: {v:?}"))
+                })?;
+                let a = Address::parse(&bytes).map_err(|e| {
+                    Error::Setup(format!("rank {p} published a malformed address: {e}"))
+                })?;
+                if eng.by_instance.contains_key(&a.instance) || a.instance == eng.addr.instance {
+                    return Err(Error::Setup(format!(
+                        "rank {p} published an address another rank uses too: {a}"
+                    )));
+                }
+                eng.set_peer(p, &a)?;
+            }
+            debug!(rank = me, "addresses known; connecting on first use");
         }
+        eng.bootstrap = Some(bootstrap);
         Ok(eng)
     }
 
-    fn connect_all(&mut self, me: Rank, size: u32, my_info: &PeerInfo) -> Result<(), Error> {
-        for (i, (l, _)) in self.listeners.iter().enumerate() {
-            self.poller
-                .add(l.as_raw_fd(), poller::IN, T_LISTEN | i as u64)
-                .map_err(io_err("epoll add"))?;
-        }
-        self.bootstrap
-            .put(&format!("hx.rails.{me}"), &setup::encode(my_info))?;
-        self.bootstrap.fence()?;
-        let mut shm_peers = Vec::new();
-        for p in 0..size {
-            if p == me {
-                continue;
-            }
-            let info = setup::decode(p, &self.bootstrap.get(&format!("hx.rails.{p}"))?)?;
-            let use_shm = !my_info.shm.is_empty() && info.shm == my_info.shm;
-            let r = if use_shm {
-                shm_peers.push(p);
-                if self.settings.direct && info.pid != 0 {
-                    self.peer_pids[p as usize] = info.pid;
-                    self.core.set_direct(p, true);
-                }
-                vec![setup::Route::shm()]
-            } else {
-                setup::routes(my_info, p, &info, self.settings.loopback_rails)?
-            };
-            let n = r.len();
-            self.core.set_rails(p, n);
-            self.links[p as usize] = (0..n).map(|_| None).collect();
-            self.blocked[p as usize] = vec![false; n];
-            self.labels[p as usize] = r.iter().map(|r| r.label.clone()).collect();
-            self.meta[p as usize] = vec![
-                RailMeta {
-                    closed_by_peer: false,
-                    down_since: None,
-                    next_retry: Instant::now(),
-                    shm: use_shm,
-                };
-                n
-            ];
-            self.routes[p as usize] = r;
-        }
-        if !shm_peers.is_empty() && self.settings.direct {
-            // Let peers of this job write into our buffers even where Yama restricts ptrace
-            // to descendants (the ranks are siblings).
-            // SAFETY: plain prctl.
-            unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
-        }
-        // Shared memory: lower ranks listen (an abstract socket, nothing on disk), higher connect.
-        if shm_peers.iter().any(|&p| p > me) {
-            let l = shm::listen(&shm::socket_name(&self.secret, me))
-                .map_err(io_err("shared-memory listener"))?;
-            l.set_nonblocking(true)
-                .map_err(io_err("shared-memory listener"))?;
-            self.poller
-                .add(l.as_raw_fd(), poller::IN, T_SHM_LISTEN)
-                .map_err(io_err("epoll add"))?;
-            self.shm_listener = Some(l);
-        }
-        // Lower ranks accept, higher ranks connect: every pair has exactly one initiator.
-        for p in 0..me {
-            if shm_peers.contains(&p) {
-                let name = shm::socket_name(&self.secret, p);
-                let link = shm::connect(&name, &self.secret, me, 0, self.settings.connect_timeout)
-                    .map_err(io_err(format!("shared memory to rank {p}")))?;
-                self.install_link(p, 0, Box::new(link))?;
-                continue;
-            }
-            for rail in 0..self.routes[p as usize].len() {
-                let route = self.routes[p as usize][rail].clone();
-                let what = format!("rail {} to rank {p} ({})", route.label, route.remote);
-                let mut s = tcp::connect(
-                    route.local,
-                    route.device.as_deref(),
-                    route.remote,
-                    self.settings.connect_timeout,
-                )
-                .map_err(io_err(format!("connecting {what}")))?;
-                handshake::answer(&mut s, &self.secret, me, rail as u16, HANDSHAKE_TIMEOUT)
-                    .map_err(io_err(format!("handshake on {what}")))?;
-                self.install(p, rail, s)?;
-            }
-        }
-        let deadline = Instant::now() + self.settings.connect_timeout;
-        while let Some((p, rail)) = self.missing_link(me) {
-            if Instant::now() > deadline {
-                return Err(Error::Setup(format!(
-                    "rank {p} did not connect rail {} within {:?}",
-                    self.labels[p as usize][rail], self.settings.connect_timeout
-                )));
-            }
-            self.progress_once(50)?;
-        }
-        // Every shared-memory peer is connected: the name can go.
-        if let Some(l) = self.shm_listener.take() {
-            self.poller.remove(l.as_raw_fd());
-        }
-        debug!(rank = me, "all rails connected");
-        self.bootstrap.fence()?;
-        Ok(())
+    /// This process's address for endpoint `ep` (64 bytes; give it to peers, who
+    /// [`insert`](Self::insert) it).
+    pub fn address(&self, ep: EpId) -> [u8; ADDRESS_LEN] {
+        let mut a = self.addr.clone();
+        a.ep = ep;
+        a.to_bytes()
     }
 
-    fn missing_link(&self, me: Rank) -> Option<(Rank, usize)> {
-        for p in me + 1..self.core.size() {
-            if let Some(r) = self.links[p as usize].iter().position(|l| l.is_none()) {
-                return Some((p, r));
-            }
-        }
-        None
+    /// Makes the process at `addr` a peer (nothing is connected until there is traffic) and
+    /// returns its peer number and the endpoint the address names. The same process always gets
+    /// the same number; this process gets its own.
+    pub fn insert(&mut self, addr: &[u8]) -> Result<(Rank, EpId), Error> {
+        let a = Address::parse(addr)
+            .map_err(|e| Error::Invalid(format!("malformed hxcomm address: {e}")))?;
+        let p = self.peer_for(&a)?;
+        Ok((p, a.ep))
     }
 
-    fn install(&mut self, peer: Rank, rail: usize, s: TcpStream) -> Result<(), Error> {
-        tcp::tune(&s, &self.rail_opts).map_err(io_err("rail socket options"))?;
-        let label = format!(
-            "rail {} <-> rank {peer} ({} -> {})",
-            self.labels[peer as usize][rail],
-            s.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            s.peer_addr().map(|a| a.to_string()).unwrap_or_default()
-        );
-        self.install_link(peer, rail, Box::new(TcpLink::new(s, label)))
-    }
-
-    /// Puts a connected link in service (again) as `rail` to `peer`.
-    fn install_link(&mut self, peer: Rank, rail: usize, link: Box<dyn Link>) -> Result<(), Error> {
-        let token = link_token(peer, rail);
-        if link.polled() {
-            // Looked at every round anyway; epoll only has to wake a sleeper.
-            self.poller.add_level(link.fd(), poller::IN, token)
-        } else {
-            self.poller
-                .add(link.fd(), poller::IN | poller::OUT | poller::HUP, token)
-        }
-        .map_err(io_err("epoll add"))?;
-        if link.polled() {
-            self.polled.push((peer, rail));
-        }
-        self.links[peer as usize][rail] = Some(link);
-        self.blocked[peer as usize][rail] = false;
-        let m = &mut self.meta[peer as usize][rail];
-        if let Some(since) = m.down_since.take() {
-            info!(
-                "hxcomm rank {}: rail {} to rank {peer} is back after {:.1} s",
-                self.core.rank(),
-                self.labels[peer as usize][rail],
-                since.elapsed().as_secs_f64()
-            );
-        }
-        m.closed_by_peer = false;
-        self.core.rail_up(peer, rail);
-        Ok(())
+    /// A printable form of an address (or why it is malformed).
+    pub fn describe_address(addr: &[u8]) -> Result<String, Error> {
+        Address::parse(addr)
+            .map(|a| a.to_string())
+            .map_err(|e| Error::Invalid(format!("malformed hxcomm address: {e}")))
     }
 
     pub fn rank(&self) -> Rank {
@@ -384,8 +354,11 @@ impl Engine {
     }
 
     /// The names of the rails to `peer` (interface names, or `lo#i`).
-    pub fn rail_names(&self, peer: Rank) -> &[String] {
-        &self.labels[peer as usize]
+    pub fn rail_names(&self, peer: Rank) -> Vec<String> {
+        self.peers
+            .get(peer as usize)
+            .map(|p| p.rails.iter().map(|r| r.label.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// A file descriptor that becomes readable when the engine has something to do: poll it with
@@ -686,7 +659,7 @@ impl Engine {
         let mut quiet = true;
         for i in 0..self.polled.len() {
             let (p, r) = self.polled[i];
-            if let Some(l) = self.links[p as usize][r].as_mut() {
+            if let Some(l) = self.peers[p as usize].rails[r].link.as_mut() {
                 quiet &= l.arm();
             }
         }
@@ -712,7 +685,7 @@ impl Engine {
             // While spinning on shared memory, look at the sockets only every few rounds.
             if timeout_ms == 0 && !self.spins.is_multiple_of(64) {
                 self.polled
-                    .retain(|&(p, r)| self.links[p as usize][r].is_some());
+                    .retain(|&(p, r)| self.peers[p as usize].rails[r].link.is_some());
                 self.flush_dirty();
                 return Ok(work);
             }
@@ -735,9 +708,9 @@ impl Engine {
                     // only a rail that was full has news here. Its turn comes in flush_dirty,
                     // shared fairly with the other rails.
                     if flags & poller::OUT != 0 {
-                        if let Some(b) = self.blocked[peer as usize].get_mut(rail) {
-                            if *b {
-                                *b = false;
+                        if let Some(r) = self.peers[peer as usize].rails.get_mut(rail) {
+                            if r.blocked {
+                                r.blocked = false;
                                 if !self.dirty.contains(&peer) {
                                     self.dirty.push(peer);
                                 }
@@ -749,7 +722,13 @@ impl Engine {
                     self.advance_connect((token & 0xffff_ffff) as usize)
                 }
                 T_LISTEN if token & T_SHM_LISTEN == T_SHM_LISTEN => self.shm_accept(),
-                T_LISTEN => self.accept((token & !T_MASK) as usize),
+                T_LISTEN if token & T_SHM_CONNECT == T_SHM_CONNECT => {
+                    self.advance_shm_connect((token & 0xffff_ffff) as usize)
+                }
+                T_LISTEN if token & T_SHM_ACCEPT == T_SHM_ACCEPT => {
+                    self.advance_shm_accept((token & 0xffff_ffff) as usize)
+                }
+                T_LISTEN => self.accept((token & 0xffff_ffff) as usize),
                 T_PENDING => self.advance_handshake((token & !T_MASK) as usize),
                 _ => {}
             }
@@ -760,7 +739,7 @@ impl Engine {
             self.housekeeping(now);
         }
         self.polled
-            .retain(|&(p, r)| self.links[p as usize][r].is_some());
+            .retain(|&(p, r)| self.peers[p as usize].rails[r].link.is_some());
         self.flush_dirty();
         Ok(n + work)
     }
@@ -768,7 +747,7 @@ impl Engine {
     /// Copies rendezvous messages straight into the memory of receivers on this host.
     fn direct_copies(&mut self) {
         while let Some(w) = self.core.take_direct() {
-            let pid = self.peer_pids[w.peer as usize] as libc::pid_t;
+            let pid = self.peers[w.peer as usize].pid as libc::pid_t;
             let src = self.core.direct_source(&w);
             let mut done = 0;
             let mut err = None;
@@ -808,12 +787,20 @@ impl Engine {
         dirty.sort_unstable();
         dirty.dedup();
         for &p in &dirty {
+            // Connect on first use (and bring back what broke).
+            if self.peers[p as usize]
+                .rails
+                .iter()
+                .any(|r| r.link.is_none() && !r.attempting)
+            {
+                self.connect_wanted(p, Instant::now());
+            }
             // Rails take turns, one write each, until none can take more: otherwise the first
             // rail would pull every chunk of a message its socket buffer can hold, and a
             // medium-size message would leave on one rail only.
             loop {
                 let mut wrote = false;
-                for rail in 0..self.links[p as usize].len() {
+                for rail in 0..self.peers[p as usize].rails.len() {
                     wrote |= self.flush_rail_turns(p, rail, 1) > 0;
                 }
                 if !wrote {
@@ -837,11 +824,15 @@ impl Engine {
             if made == turns || !self.core.tx_pending(peer, rail) {
                 return made;
             }
-            let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.as_mut()) else {
+            let Some(r) = self.peers[p].rails.get_mut(rail) else {
+                return made;
+            };
+            let blocked = r.blocked;
+            let Some(link) = r.link.as_mut() else {
                 return made;
             };
             // Sockets wait for EPOLLOUT once full; shared memory is simply tried again.
-            if self.blocked[p][rail] && !link.polled() {
+            if blocked && !link.polled() {
                 return made;
             }
             let mut iov = [IoSlice::new(&[]); 64];
@@ -855,12 +846,12 @@ impl Engine {
                     self.core.tx_done(peer, rail, n);
                     made += 1;
                     if n < want {
-                        self.blocked[p][rail] = true;
+                        self.peers[p].rails[rail].blocked = true;
                         return made;
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    self.blocked[p][rail] = true;
+                    self.peers[p].rails[rail].blocked = true;
                     return made;
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -875,11 +866,15 @@ impl Engine {
     }
 
     /// Reads what `rail` of `peer` has; returns the number of bytes read.
-    fn read_rail(&mut self, peer: Rank, rail: usize) -> usize {
+    pub(crate) fn read_rail(&mut self, peer: Rank, rail: usize) -> usize {
         let p = peer as usize;
         let mut total = 0;
         loop {
-            let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.as_mut()) else {
+            let Some(link) = self.peers[p]
+                .rails
+                .get_mut(rail)
+                .and_then(|r| r.link.as_mut())
+            else {
                 return total;
             };
             let space = self.core.rx_space(peer, rail);
@@ -911,17 +906,21 @@ impl Engine {
     }
 
     /// A rail ended. After the peer's Bye (or while we finalize) that is orderly. Otherwise its
-    /// traffic moves to the other rails and the connecting side will try to bring it back. When
-    /// the peer itself closed every rail (it exited or crashed), or no rail comes back within
+    /// traffic moves to the other rails and both sides try to bring it back while it is wanted.
+    /// When the peer itself closed every rail (it exited or crashed), or no rail comes back within
     /// HX_RANK_TIMEOUT, operations involving the peer fail.
-    fn rail_down(&mut self, peer: Rank, rail: usize, why: &str, closed_by_peer: bool) {
+    pub(crate) fn rail_down(&mut self, peer: Rank, rail: usize, why: &str, closed_by_peer: bool) {
         let p = peer as usize;
-        let Some(link) = self.links[p].get_mut(rail).and_then(|l| l.take()) else {
+        let Some(link) = self.peers[p]
+            .rails
+            .get_mut(rail)
+            .and_then(|r| r.link.take())
+        else {
             return;
         };
         self.poller.remove(link.fd());
         drop(link);
-        let label = self.labels[p].get(rail).cloned().unwrap_or_default();
+        let label = self.peers[p].rails[rail].label.clone();
         let me = self.core.rank();
         if self.core.bye_received(peer, rail) || self.finalizing {
             debug!(peer, rail = %label, why, "rail closed in order");
@@ -932,350 +931,19 @@ impl Engine {
         }
         self.core.rail_down(peer, rail);
         self.rail_failures += 1;
-        let m = &mut self.meta[p][rail];
-        m.closed_by_peer = closed_by_peer;
-        m.down_since = Some(Instant::now());
-        m.next_retry = Instant::now() + Duration::from_millis(100);
-        let all_down = self.links[p].iter().all(|l| l.is_none());
-        let all_closed = self.meta[p].iter().all(|m| m.closed_by_peer || m.shm);
-        if all_down && (all_closed || self.meta[p][rail].shm) {
-            error!("hxcomm rank {me}: rank {peer} closed its connections ({why} on rail {label}); it has exited or crashed");
-            self.core.fail_peer(
-                peer,
-                &format!(
-                    "rank {peer} closed its connections without finishing ({why} on rail {label})"
-                ),
-            );
-        } else {
+        let shm = self.peers[p].shm;
+        let r = &mut self.peers[p].rails[rail];
+        // Shared memory cannot break but by the peer's end.
+        r.gone = closed_by_peer || shm;
+        r.down_since = Some(Instant::now());
+        r.next_retry = Instant::now() + Duration::from_millis(100);
+        self.peers[p].wanted = true;
+        self.check_peer_gone(peer, why, &label);
+        if self.core.peer_failed(peer).is_none() {
             warn!(
-                "hxcomm rank {me}: rail {label} to rank {peer} failed ({why}); its traffic moves to the other rails"
+                "hxcomm rank {me}: rail {label} to {} failed ({why}); its traffic moves to the other rails",
+                self.who(peer)
             );
-        }
-    }
-
-    /// Reconnects broken rails (the higher rank of a pair connects) and gives up on peers that
-    /// stayed unreachable for too long.
-    fn housekeeping(&mut self, now: Instant) {
-        if !self.pending.is_empty() {
-            self.expire_handshakes();
-        }
-        for slot in 0..self.connecting.len() {
-            if self.connecting[slot]
-                .as_ref()
-                .is_some_and(|c| c.deadline < now)
-            {
-                let c = self.connecting[slot].take().unwrap();
-                self.poller.remove(c.stream.as_raw_fd());
-            }
-        }
-        if self.finalizing {
-            return;
-        }
-        let me = self.core.rank();
-        for peer in 0..self.core.size() {
-            let p = peer as usize;
-            if peer == me || self.core.peer_failed(peer).is_some() {
-                continue;
-            }
-            let all_down = !self.links[p].is_empty() && self.links[p].iter().all(|l| l.is_none());
-            if all_down {
-                let since = self.meta[p].iter().filter_map(|m| m.down_since).max();
-                if since.is_some_and(|t| now.duration_since(t) > self.settings.rank_timeout) {
-                    error!(
-                        "hxcomm rank {me}: no rail to rank {peer} for {:?}; giving up on it",
-                        self.settings.rank_timeout
-                    );
-                    self.core.fail_peer(
-                        peer,
-                        &format!(
-                            "unreachable for {:?} (HX_RANK_TIMEOUT)",
-                            self.settings.rank_timeout
-                        ),
-                    );
-                    continue;
-                }
-            }
-            if peer > me {
-                continue;
-            }
-            for rail in 0..self.links[p].len() {
-                let m = &self.meta[p][rail];
-                if self.links[p][rail].is_some() || m.shm || now < m.next_retry {
-                    continue;
-                }
-                let busy = self
-                    .connecting
-                    .iter()
-                    .flatten()
-                    .any(|c| c.peer == peer && c.rail == rail);
-                if !busy {
-                    self.meta[p][rail].next_retry = now + RECONNECT_EVERY;
-                    self.start_reconnect(peer, rail, now);
-                }
-            }
-        }
-    }
-
-    fn start_reconnect(&mut self, peer: Rank, rail: usize, now: Instant) {
-        let route = self.routes[peer as usize][rail].clone();
-        let stream =
-            match tcp::connect_nonblocking(route.local, route.device.as_deref(), route.remote) {
-                Ok(s) => s,
-                Err(e) => {
-                    debug!(peer, rail, "reconnect: {e}");
-                    return;
-                }
-            };
-        let slot = match self.connecting.iter().position(|c| c.is_none()) {
-            Some(i) => i,
-            None => {
-                self.connecting.push(None);
-                self.connecting.len() - 1
-            }
-        };
-        if self
-            .poller
-            .add(
-                stream.as_raw_fd(),
-                poller::IN | poller::OUT | poller::HUP,
-                T_CONNECT | slot as u64,
-            )
-            .is_err()
-        {
-            return;
-        }
-        self.connecting[slot] = Some(Connecting {
-            stream,
-            peer,
-            rail,
-            challenge: [0; hx_wire::CHALLENGE_LEN],
-            have: 0,
-            deadline: now + Duration::from_secs(2),
-        });
-    }
-
-    fn advance_connect(&mut self, slot: usize) {
-        use std::io::Read;
-        let Some(c) = self.connecting.get_mut(slot).and_then(|c| c.as_mut()) else {
-            return;
-        };
-        if let Ok(Some(_)) | Err(_) = c.stream.take_error() {
-            let c = self.connecting[slot].take().unwrap();
-            self.poller.remove(c.stream.as_raw_fd());
-            return;
-        }
-        loop {
-            match c.stream.read(&mut c.challenge[c.have..]) {
-                Ok(0) => break,
-                Ok(n) => {
-                    c.have += n;
-                    if c.have < hx_wire::CHALLENGE_LEN {
-                        continue;
-                    }
-                    let c = self.connecting[slot].take().unwrap();
-                    self.poller.remove(c.stream.as_raw_fd());
-                    self.finish_reconnect(c);
-                    return;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-        let c = self.connecting[slot].take().unwrap();
-        self.poller.remove(c.stream.as_raw_fd());
-    }
-
-    fn finish_reconnect(&mut self, mut c: Connecting) {
-        let me = self.core.rank();
-        let Ok(ch) = hx_wire::Challenge::parse(&c.challenge) else {
-            return;
-        };
-        let hello = hx_wire::Hello {
-            rank: me,
-            rail: c.rail as u16,
-            flags: 0,
-            mac: hx_bootstrap::hmac_sha256(
-                &self.secret,
-                &[&hx_wire::Hello::mac_input(&ch.nonce, me, c.rail as u16)],
-            ),
-        };
-        if c.stream.write_all(&hello.to_bytes()).is_err()
-            || self.links[c.peer as usize][c.rail].is_some()
-        {
-            return;
-        }
-        if let Err(e) = self.install(c.peer, c.rail, c.stream) {
-            warn!("reinstalling rail {} to rank {}: {e}", c.rail, c.peer);
-        }
-    }
-
-    fn shm_accept(&mut self) {
-        loop {
-            let Some(l) = self.shm_listener.as_ref() else {
-                return;
-            };
-            match l.accept(&self.secret, HANDSHAKE_TIMEOUT) {
-                Ok((link, hello)) => {
-                    let (peer, me) = (hello.rank, self.core.rank());
-                    let ok = peer > me
-                        && peer < self.core.size()
-                        && self.meta[peer as usize].first().is_some_and(|m| m.shm)
-                        && self.links[peer as usize][0].is_none();
-                    if !ok {
-                        warn!("hxcomm rank {me}: refusing unexpected shared-memory link from rank {peer}");
-                        continue;
-                    }
-                    if let Err(e) = self.install_link(peer, 0, Box::new(link)) {
-                        warn!("shared memory from rank {peer}: {e}");
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) => warn!(
-                    "hxcomm rank {}: refused a shared-memory connection: {e}",
-                    self.core.rank()
-                ),
-            }
-        }
-    }
-
-    fn accept(&mut self, idx: usize) {
-        loop {
-            let Some((l, name)) = self.listeners.get(idx) else {
-                return;
-            };
-            let (mut s, from) = match l.accept() {
-                Ok(v) => v,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    warn!("accept on {name} listener: {e}");
-                    return;
-                }
-            };
-            let live = self.pending.iter().filter(|p| p.is_some()).count();
-            if live >= MAX_PENDING {
-                warn!("refusing connection from {from} on {name}: {MAX_PENDING} handshakes already pending");
-                continue;
-            }
-            let hs = match handshake::Pending::new() {
-                Ok(h) => h,
-                Err(e) => {
-                    warn!("handshake nonce: {e}");
-                    continue;
-                }
-            };
-            if s.set_nonblocking(true).is_err() || s.write_all(&hs.challenge()).is_err() {
-                continue;
-            }
-            let slot = match self.pending.iter().position(|p| p.is_none()) {
-                Some(i) => i,
-                None => {
-                    self.pending.push(None);
-                    self.pending.len() - 1
-                }
-            };
-            if self
-                .poller
-                .add(
-                    s.as_raw_fd(),
-                    poller::IN | poller::HUP,
-                    T_PENDING | slot as u64,
-                )
-                .is_err()
-            {
-                continue;
-            }
-            self.pending[slot] = Some(PendingConn {
-                stream: s,
-                hs,
-                deadline: Instant::now() + HANDSHAKE_TIMEOUT,
-                from: format!("{from} on {name}"),
-            });
-            self.advance_handshake(slot);
-        }
-    }
-
-    fn advance_handshake(&mut self, slot: usize) {
-        use std::io::Read;
-        loop {
-            let Some(pc) = self.pending.get_mut(slot).and_then(|p| p.as_mut()) else {
-                return;
-            };
-            let n = match pc.stream.read(pc.hs.space()) {
-                Ok(0) => {
-                    self.reject(slot, "closed before completing the handshake");
-                    return;
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.reject(slot, &format!("read failed: {e}"));
-                    return;
-                }
-            };
-            match pc.hs.received(n, &self.secret) {
-                Verdict::NeedMore => {}
-                Verdict::Rejected(why) => {
-                    self.reject(slot, &why);
-                    return;
-                }
-                Verdict::Peer { rank, rail } => {
-                    let pc = self.pending[slot].take().unwrap();
-                    self.poller.remove(pc.stream.as_raw_fd());
-                    let me = self.core.rank();
-                    let ok = rank > me
-                        && rank < self.core.size()
-                        && (rail as usize) < self.links[rank as usize].len()
-                        && !self.meta[rank as usize][rail as usize].shm
-                        && self.core.peer_failed(rank).is_none();
-                    if !ok {
-                        warn!(
-                            "hxcomm rank {me}: closing connection from {}: unexpected rail {rail} from rank {rank}",
-                            pc.from
-                        );
-                        return;
-                    }
-                    if self.links[rank as usize][rail as usize].is_some() {
-                        // The peer reconnects a rail we have not yet seen fail: it has.
-                        self.rail_down(rank, rail as usize, "peer reconnected it", false);
-                    }
-                    if let Err(e) = self.install(rank, rail as usize, pc.stream) {
-                        warn!("installing rail {rail} from rank {rank}: {e}");
-                        return;
-                    }
-                    // Bytes may already be waiting behind the handshake.
-                    self.read_rail(rank, rail as usize);
-                    return;
-                }
-            }
-        }
-    }
-
-    fn reject(&mut self, slot: usize, why: &str) {
-        if let Some(pc) = self.pending[slot].take() {
-            self.poller.remove(pc.stream.as_raw_fd());
-            warn!(
-                "hxcomm rank {}: closed connection from {}: {why}",
-                self.core.rank(),
-                pc.from
-            );
-        }
-    }
-
-    fn expire_handshakes(&mut self) {
-        let now = Instant::now();
-        for slot in 0..self.pending.len() {
-            if self.pending[slot]
-                .as_ref()
-                .is_some_and(|p| p.deadline < now)
-            {
-                self.reject(slot, "no handshake within 5 s");
-            }
-        }
-        while matches!(self.pending.last(), Some(None)) {
-            self.pending.pop();
         }
     }
 
@@ -1314,7 +982,11 @@ impl Engine {
     /// mistakes another's exit for a failure and no unread data turns a close into a reset.
     pub fn finalize(mut self) -> Result<(), Error> {
         self.wait_until(|e| (0..e.size()).all(|p| !e.core.peer_tx_pending(p)))?;
-        let r = self.barrier();
+        let r = if self.bootstrap.is_some() {
+            self.barrier()
+        } else {
+            Ok(())
+        };
         for p in 0..self.size() {
             if p != self.rank() && self.core.peer_failed(p).is_none() {
                 self.core.send_bye(p);
@@ -1322,11 +994,17 @@ impl Engine {
         }
         self.flush_dirty();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && self.links.iter().flatten().any(|l| l.is_some()) {
+        let any_link = |e: &Engine| {
+            e.peers
+                .iter()
+                .any(|p| p.rails.iter().any(|r| r.link.is_some()))
+        };
+        while Instant::now() < deadline && any_link(&self) {
             // Rails leave `links` when the peer's Bye and EOF have been read.
             let all_bye = (0..self.size()).all(|p| {
-                (0..self.links[p as usize].len()).all(|rail| {
-                    self.links[p as usize][rail].is_none() || self.core.bye_received(p, rail)
+                (0..self.peers[p as usize].rails.len()).all(|rail| {
+                    self.peers[p as usize].rails[rail].link.is_none()
+                        || self.core.bye_received(p, rail)
                 })
             });
             let all_sent = (0..self.size()).all(|p| !self.core.peer_tx_pending(p));
@@ -1357,4 +1035,14 @@ impl Engine {
     pub fn peer_failure(&self, peer: Rank) -> Option<&str> {
         self.core.peer_failed(peer)
     }
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
 }

@@ -6,6 +6,7 @@
 //! happens inside API calls (and in [`Engine::progress`]): it spins briefly, then sleeps in epoll.
 
 mod buf;
+mod conn;
 mod engine;
 mod error;
 mod poller;

@@ -77,6 +77,9 @@ pub(crate) struct PullJob {
 
 pub(crate) struct Rail {
     pub up: bool,
+    /// It has been connected, or found unreachable, at least once. Until then, bind waits for
+    /// it instead of falling back to another rail.
+    pub settled: bool,
     pub tx: VecDeque<TxItem>,
     /// Bytes queued on this rail and not yet written.
     pub queued: usize,
@@ -144,6 +147,30 @@ pub struct Stats {
     pub tx_bytes_per_rail: Vec<u64>,
 }
 
+impl Peer {
+    fn new() -> Peer {
+        Peer {
+            rails: Vec::new(),
+            tx_seq: 0,
+            rx_seq: 0,
+            reorder: BTreeMap::new(),
+            wait_cts: HashMap::new(),
+            rdv_recv: HashMap::new(),
+            pull_q: VecDeque::new(),
+            rr_next: 0,
+            failed: None,
+            dirty: false,
+            parked: VecDeque::new(),
+            incomplete: HashMap::new(),
+            credit_used: 0,
+            credit_granted: 0,
+            consumed: 0,
+            credit_sent: 0,
+            direct: false,
+        }
+    }
+}
+
 /// The protocol state of one process. `B` is the caller's buffer type.
 pub struct Core<B> {
     pub(crate) me: Rank,
@@ -169,27 +196,7 @@ fn matches(src: Option<Rank>, tag: Option<u64>, msg_src: Rank, msg_tag: u64) -> 
 
 impl<B: Buffer> Core<B> {
     pub fn new(me: Rank, size: u32, cfg: Config) -> Self {
-        let peers = (0..size)
-            .map(|_| Peer {
-                rails: Vec::new(),
-                tx_seq: 0,
-                rx_seq: 0,
-                reorder: BTreeMap::new(),
-                wait_cts: HashMap::new(),
-                rdv_recv: HashMap::new(),
-                pull_q: VecDeque::new(),
-                rr_next: 0,
-                failed: None,
-                dirty: false,
-                parked: VecDeque::new(),
-                incomplete: HashMap::new(),
-                credit_used: 0,
-                credit_granted: 0,
-                consumed: 0,
-                credit_sent: 0,
-                direct: false,
-            })
-            .collect();
+        let peers = (0..size).map(|_| Peer::new()).collect();
         Core {
             me,
             cfg,
@@ -216,6 +223,22 @@ impl<B: Buffer> Core<B> {
         &self.cfg
     }
 
+    /// Adds a peer, reached over no rail yet; returns its number (the next after the last).
+    pub fn add_peer(&mut self) -> Rank {
+        self.peers.push(Peer::new());
+        (self.peers.len() - 1) as Rank
+    }
+
+    /// Declares that `peer` is reached over `n` rails that are not connected yet: frames to it
+    /// wait (parked) until [`rail_up`](Self::rail_up) puts the first in service.
+    pub fn set_rails_down(&mut self, peer: Rank, n: usize) {
+        self.set_rails(peer, n);
+        for r in &mut self.peers[peer as usize].rails {
+            r.up = false;
+            r.settled = false;
+        }
+    }
+
     /// Declares that `peer` is reached over `n` rails (numbered 0..n).
     pub fn set_rails(&mut self, peer: Rank, n: usize) {
         let stage = self.cfg.stage_size;
@@ -223,6 +246,7 @@ impl<B: Buffer> Core<B> {
         p.rails = (0..n)
             .map(|_| Rail {
                 up: true,
+                settled: true,
                 tx: VecDeque::new(),
                 queued: 0,
                 tx_bytes: 0,
@@ -843,6 +867,8 @@ impl<B: Buffer> Core<B> {
         let live_from =
             |p: &Peer, from: usize| (0..n).map(|i| (from + i) % n).find(|&r| p.rails[r].up);
         match self.cfg.policy {
+            // A rail still connecting for the first time is waited for.
+            Policy::Bind if !p.rails.get(bound).is_none_or(|r| r.settled) => None,
             Policy::Bind => live_from(p, bound),
             Policy::RoundRobin | Policy::Stripe => {
                 let r = live_from(p, p.rr_next % n.max(1))?;

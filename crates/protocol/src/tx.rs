@@ -474,16 +474,33 @@ impl<B: Buffer> Core<B> {
             return;
         }
         r.up = true;
+        r.settled = true;
         r.rx.reset();
         r.tx.clear();
         r.log.clear();
         r.queued = 0;
         r.log_bytes = 0;
-        let parked: Vec<TxItem> = p.parked.drain(..).collect();
-        for item in parked {
-            self.enqueue_on(peer, Some(rail), item);
-        }
+        self.unpark(peer);
         self.mark_dirty(peer);
+    }
+
+    /// `rail` to `peer` could not be connected the first time: policies stop waiting for it.
+    pub fn rail_unreachable(&mut self, peer: Rank, rail: usize) {
+        if let Some(r) = self.peers[peer as usize].rails.get_mut(rail) {
+            if !r.settled {
+                r.settled = true;
+                self.unpark(peer);
+            }
+        }
+    }
+
+    /// Frames that waited for a rail go where the policy sends them now.
+    fn unpark(&mut self, peer: Rank) {
+        let parked: Vec<TxItem> = self.peers[peer as usize].parked.drain(..).collect();
+        for item in parked {
+            let rail = self.pick_rail(peer);
+            self.enqueue_on(peer, rail, item);
+        }
     }
 
     pub fn rail_is_up(&self, peer: Rank, rail: usize) -> bool {

@@ -1,36 +1,32 @@
-//! The rail handshake. The accepting side sends a nonce; the connecting side answers with its rank,
-//! the rail index and an HMAC of the nonce under the job secret. Strangers, garbage and wrong
+//! The rail handshake. The accepting side sends a nonce; the connecting side answers with its
+//! address, the rail index and an HMAC of all that and the nonce under the job secret. Strangers, garbage and wrong
 //! secrets are told apart from peers within one fixed-size message, without the secret ever
 //! crossing the wire.
 
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::io;
 
 use hx_bootstrap::{ct_eq, fill_random, hmac_sha256, Secret};
-use hx_wire::{Challenge, Hello, CHALLENGE_LEN, HELLO_LEN};
+use hx_wire::{Address, Challenge, Hello, CHALLENGE_LEN, HELLO_LEN};
 
-/// Connector side, on a blocking stream: read the challenge, answer it.
-pub fn answer(
-    stream: &mut TcpStream,
+/// Connector side: the hello that answers `challenge` (bytes read from the acceptor).
+pub fn hello_for(
+    challenge: &[u8],
     secret: &Secret,
-    rank: u32,
     rail: u16,
-    timeout: Duration,
-) -> io::Result<()> {
-    stream.set_read_timeout(Some(timeout))?;
-    let mut c = [0u8; CHALLENGE_LEN];
-    stream.read_exact(&mut c)?;
-    let ch = Challenge::parse(&c)
+    to_instance: u64,
+    from: &Address,
+) -> io::Result<[u8; HELLO_LEN]> {
+    let ch = Challenge::parse(challenge)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("challenge: {e}")))?;
-    let hello = Hello {
-        rank,
+    let mut hello = Hello {
         rail,
         flags: 0,
-        mac: hmac_sha256(secret, &[&Hello::mac_input(&ch.nonce, rank, rail)]),
+        to_instance,
+        from: from.clone(),
+        mac: [0; 32],
     };
-    stream.write_all(&hello.to_bytes())?;
-    stream.set_read_timeout(None)
+    hello.mac = hmac_sha256(secret, &[&hello.mac_input(&ch.nonce)]);
+    Ok(hello.to_bytes())
 }
 
 /// Acceptor side: the challenge to send and the state that checks the answer, fed
@@ -45,7 +41,7 @@ pub struct Pending {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
     NeedMore,
-    Peer { rank: u32, rail: u16 },
+    Peer(Box<Hello>),
     Rejected(String),
 }
 
@@ -80,16 +76,13 @@ impl Pending {
         match Hello::parse(&self.got) {
             Err(e) => Verdict::Rejected(format!("bad hello: {e}")),
             Ok(h) => {
-                let want = hmac_sha256(secret, &[&Hello::mac_input(&self.nonce, h.rank, h.rail)]);
+                let want = hmac_sha256(secret, &[&h.mac_input(&self.nonce)]);
                 if ct_eq(&want, &h.mac) {
-                    Verdict::Peer {
-                        rank: h.rank,
-                        rail: h.rail,
-                    }
+                    Verdict::Peer(Box::new(h))
                 } else {
                     Verdict::Rejected(format!(
-                        "wrong job secret (claimed rank {} rail {})",
-                        h.rank, h.rail
+                        "wrong job secret (claimed to be {} on rail {})",
+                        h.from, h.rail
                     ))
                 }
             }
@@ -101,36 +94,45 @@ impl Pending {
 mod tests {
     use super::*;
 
+    fn addr() -> Address {
+        Address {
+            flags: 0,
+            ep: 0,
+            instance: 77,
+            host: 1,
+            pid: 1,
+            port: 1000,
+            rails: vec![],
+        }
+    }
+
     #[test]
     fn good_and_bad_answers() {
         let secret = [1u8; 32];
         let mut p = Pending::new().unwrap();
-        let mac = hmac_sha256(&secret, &[&Hello::mac_input(&p.nonce, 3, 1)]);
-        let hello = Hello {
-            rank: 3,
-            rail: 1,
-            flags: 0,
-            mac,
-        }
-        .to_bytes();
+        let hello = hello_for(&p.challenge(), &secret, 1, 5, &addr()).unwrap();
         p.space()[..10].copy_from_slice(&hello[..10]);
         assert_eq!(p.received(10, &secret), Verdict::NeedMore);
         let n = HELLO_LEN - 10;
         p.space()[..n].copy_from_slice(&hello[10..]);
-        assert_eq!(p.received(n, &secret), Verdict::Peer { rank: 3, rail: 1 });
+        match p.received(n, &secret) {
+            Verdict::Peer(h) => assert_eq!((h.rail, h.to_instance, h.from), (1, 5, addr())),
+            v => panic!("{v:?}"),
+        }
 
         let mut q = Pending::new().unwrap();
-        let mac = hmac_sha256(&[2u8; 32], &[&Hello::mac_input(&q.nonce, 3, 1)]);
-        let hello = Hello {
-            rank: 3,
-            rail: 1,
-            flags: 0,
-            mac,
-        }
-        .to_bytes();
+        let hello = hello_for(&q.challenge(), &[2u8; 32], 1, 5, &addr()).unwrap();
         q.space().copy_from_slice(&hello);
         assert!(matches!(
             q.received(HELLO_LEN, &secret),
+            Verdict::Rejected(_)
+        ));
+        // A hello made for another challenge is refused (no replay).
+        let mut r = Pending::new().unwrap();
+        let old = hello_for(&p.challenge(), &secret, 1, 5, &addr()).unwrap();
+        r.space().copy_from_slice(&old);
+        assert!(matches!(
+            r.received(HELLO_LEN, &secret),
             Verdict::Rejected(_)
         ));
 

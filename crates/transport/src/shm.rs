@@ -31,7 +31,7 @@ mod setup;
 #[cfg(test)]
 mod tests;
 
-pub use setup::{connect, listen, PeerHello, ShmListener};
+pub use setup::{connect, listen, PeerHello, ShmAccepting, ShmConnecting, ShmListener};
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -103,7 +103,7 @@ impl Mapping {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,
             )
@@ -561,10 +561,10 @@ impl Drop for ShmLink {
 /// The abstract socket name on which `rank` of the job with `secret` listens for shared-memory
 /// links: `hxcomm-<16 hex of HMAC(secret, "shm")>-<rank>`. Unique per job and rank, and it
 /// reveals nothing about the secret.
-pub fn socket_name(secret: &hx_bootstrap::Secret, rank: u32) -> String {
+pub fn socket_name(secret: &hx_bootstrap::Secret, id: u64) -> String {
     let tag = hx_bootstrap::hmac_sha256(secret, &[b"shm"]);
     let hex: String = tag[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("hxcomm-{hex}-{rank}")
+    format!("hxcomm-{hex}-{id:x}")
 }
 
 /// Identifies "the same host" for shared memory: the kernel's boot id and this process's

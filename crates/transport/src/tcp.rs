@@ -38,19 +38,20 @@ fn ctx(e: io::Error, what: String) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
-/// A listener on `ip` (port chosen by the kernel), bound to `device` if given. Never binds the
-/// wildcard address: callers pass a rail or loopback address.
-pub fn listen(ip: Ipv4Addr, device: Option<&str>) -> io::Result<TcpListener> {
+/// A listener on `ip`, `port` (0: chosen by the kernel), bound to `device` if given. Never binds
+/// the wildcard address: callers pass a rail or loopback address. The backlog is the kernel's
+/// maximum: a burst of peers connecting at once waits there rather than being refused.
+pub fn listen(ip: Ipv4Addr, device: Option<&str>, port: u16) -> io::Result<TcpListener> {
     let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     if let Some(dev) = device {
         s.bind_device(Some(dev.as_bytes()))
             .map_err(|e| ctx(e, format!("SO_BINDTODEVICE {dev}")))?;
     }
-    let addr = SocketAddr::V4(SocketAddrV4::new(ip, 0));
+    let addr = SocketAddr::V4(SocketAddrV4::new(ip, port));
     s.bind(&addr.into())
         .map_err(|e| ctx(e, format!("bind {addr}")))?;
-    s.listen(128)?;
+    s.listen(4096)?;
     s.set_nonblocking(true)?;
     Ok(s.into())
 }
@@ -62,6 +63,26 @@ fn bound_socket(local: Ipv4Addr, device: Option<&str>) -> io::Result<Socket> {
     if let Some(dev) = device {
         s.bind_device(Some(dev.as_bytes()))
             .map_err(|e| ctx(e, format!("SO_BINDTODEVICE {dev}")))?;
+    }
+    // Choose the port at connect time, not at bind: bind(port 0) searches the whole port range
+    // for a port no socket holds, which took 2.7 ms a call with 16,000 connections on one host
+    // (64 ranks x 4 loopback rails); connect only needs a unique 4-tuple.
+    let one: libc::c_int = 1;
+    // SAFETY: valid fd and a c_int option value of the right size.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(ctx(
+            io::Error::last_os_error(),
+            "IP_BIND_ADDRESS_NO_PORT".into(),
+        ));
     }
     s.bind(&SocketAddr::V4(SocketAddrV4::new(local, 0)).into())
         .map_err(|e| ctx(e, format!("bind {local}")))?;

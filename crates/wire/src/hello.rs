@@ -5,15 +5,21 @@
 //!
 //! ```text
 //! Challenge: magic "HXC1" | nonce [16]                                        (20 bytes)
-//! Hello:     magic "HXH1" | rank u32 | rail u16 | flags u16 | mac [32]        (44 bytes)
+//! Hello:     magic "HXH2" | rail u16 | flags u16 | to_instance u64 | address [64] | mac [32]
+//!                                                                             (112 bytes)
+//! Verdict:   "HXOK" (the connection is a rail from now on) or "HXNO" (the acceptor keeps the
+//!            connection it initiated itself to the same peer and rail; both ends then use that one)
 //! ```
 
-use crate::{u16_at, u32_at, WireError};
+use crate::{u16_at, u64_at, Address, WireError};
 
 pub const CHALLENGE_MAGIC: [u8; 4] = *b"HXC1";
-pub const HELLO_MAGIC: [u8; 4] = *b"HXH1";
+pub const HELLO_MAGIC: [u8; 4] = *b"HXH2";
 pub const CHALLENGE_LEN: usize = 20;
-pub const HELLO_LEN: usize = 44;
+pub const HELLO_LEN: usize = 112;
+pub const VERDICT_LEN: usize = 4;
+pub const VERDICT_ACCEPT: [u8; 4] = *b"HXOK";
+pub const VERDICT_REFUSE: [u8; 4] = *b"HXNO";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Challenge {
@@ -46,11 +52,16 @@ impl Challenge {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The connector's answer: who it is (its address), which rail this connection is (in the order
+/// both ends derive from their addresses), which process it wants (the acceptor's instance, so a
+/// connection meant for a predecessor at the same port is refused), and a MAC that proves it
+/// knows the job secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
-    pub rank: u32,
     pub rail: u16,
     pub flags: u16,
+    pub to_instance: u64,
+    pub from: Address,
     pub mac: [u8; 32],
 }
 
@@ -58,10 +69,11 @@ impl Hello {
     pub fn to_bytes(&self) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[..4].copy_from_slice(&HELLO_MAGIC);
-        b[4..8].copy_from_slice(&self.rank.to_le_bytes());
-        b[8..10].copy_from_slice(&self.rail.to_le_bytes());
-        b[10..12].copy_from_slice(&self.flags.to_le_bytes());
-        b[12..].copy_from_slice(&self.mac);
+        b[4..6].copy_from_slice(&self.rail.to_le_bytes());
+        b[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        b[8..16].copy_from_slice(&self.to_instance.to_le_bytes());
+        b[16..80].copy_from_slice(&self.from.to_bytes());
+        b[80..].copy_from_slice(&self.mac);
         b
     }
 
@@ -78,22 +90,24 @@ impl Hello {
             });
         }
         let mut mac = [0u8; 32];
-        mac.copy_from_slice(&b[12..HELLO_LEN]);
+        mac.copy_from_slice(&b[80..HELLO_LEN]);
         Ok(Hello {
-            rank: u32_at(b, 4),
-            rail: u16_at(b, 8),
-            flags: u16_at(b, 10),
+            rail: u16_at(b, 4),
+            flags: u16_at(b, 6),
+            to_instance: u64_at(b, 8),
+            from: Address::parse(&b[16..80])?,
             mac,
         })
     }
 
-    /// The bytes the MAC covers besides the secret: domain, nonce, rank, rail.
-    pub fn mac_input(nonce: &[u8; 16], rank: u32, rail: u16) -> [u8; 38] {
-        let mut m = [0u8; 38];
-        m[..16].copy_from_slice(b"hxcomm-rail-v1\0\0");
+    /// The bytes the MAC covers besides the secret: domain, nonce, everything else in the hello.
+    pub fn mac_input(&self, nonce: &[u8; 16]) -> [u8; 106] {
+        let mut m = [0u8; 106];
+        m[..16].copy_from_slice(b"hxcomm-rail-v2\0\0");
         m[16..32].copy_from_slice(nonce);
-        m[32..36].copy_from_slice(&rank.to_le_bytes());
-        m[36..38].copy_from_slice(&rail.to_le_bytes());
+        m[32..34].copy_from_slice(&self.rail.to_le_bytes());
+        m[34..42].copy_from_slice(&self.to_instance.to_le_bytes());
+        m[42..].copy_from_slice(&self.from.to_bytes());
         m
     }
 }
@@ -104,17 +118,38 @@ mod tests {
 
     #[test]
     fn hello_fixed_bytes() {
+        let from = Address {
+            flags: 0,
+            ep: 0,
+            instance: 9,
+            host: 1,
+            pid: 2,
+            port: 3,
+            rails: vec![],
+        };
         let h = Hello {
-            rank: 2,
             rail: 1,
             flags: 0,
+            to_instance: 0x0102,
+            from: from.clone(),
             mac: [0xab; 32],
         };
         let b = h.to_bytes();
-        assert_eq!(&b[..12], &[b'H', b'X', b'H', b'1', 2, 0, 0, 0, 1, 0, 0, 0]);
-        assert_eq!(Hello::parse(&b), Ok(h));
-        assert!(Hello::parse(&b[..43]).is_err());
-        assert!(Hello::parse(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n.................").is_err());
+        assert_eq!(
+            &b[..16],
+            &[b'H', b'X', b'H', b'2', 1, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(&b[16..80], &from.to_bytes());
+        assert_eq!(Hello::parse(&b), Ok(h.clone()));
+        assert!(Hello::parse(&b[..111]).is_err());
+        let mut bad = b;
+        bad[16] = b'Z';
+        assert!(Hello::parse(&bad).is_err());
+        assert!(Hello::parse(&[b'.'; 200]).is_err());
+        let m1 = h.mac_input(&[1; 16]);
+        let mut h2 = h;
+        h2.rail = 2;
+        assert_ne!(m1, h2.mac_input(&[1; 16]));
     }
 
     #[test]

@@ -4,11 +4,18 @@
 //! Every multi-byte field is little-endian. Parsing never panics and never reads past the slice:
 //! anything that comes from the network goes through these functions first.
 
+mod address;
 mod frame;
 mod hello;
 
+pub use address::{
+    Address, RailIp, ADDRESS_LEN, ADDRESS_MAGIC, ADDRESS_MAX_RAILS, ADDRESS_VERSION, ADDR_FLAG_SHM,
+};
 pub use frame::{FrameHeader, FrameKind, FLAG_ACK_REQ, FLAG_DIRECT, HEADER_LEN, MAGIC, VERSION};
-pub use hello::{Challenge, Hello, CHALLENGE_LEN, HELLO_LEN, HELLO_MAGIC};
+pub use hello::{
+    Challenge, Hello, CHALLENGE_LEN, HELLO_LEN, HELLO_MAGIC, VERDICT_ACCEPT, VERDICT_LEN,
+    VERDICT_REFUSE,
+};
 
 use std::fmt;
 
@@ -31,6 +38,11 @@ pub enum WireError {
     },
     UnknownKind {
         found: u8,
+    },
+    /// An address field out of range.
+    BadAddress {
+        what: &'static str,
+        value: u64,
     },
     /// A field value that contradicts the frame kind (e.g. a CTS that carries payload).
     Inconsistent {
@@ -61,6 +73,7 @@ impl fmt::Display for WireError {
             }
             WireError::BadHeaderLen { found } => write!(f, "bad header length {found}"),
             WireError::UnknownKind { found } => write!(f, "unknown frame kind {found}"),
+            WireError::BadAddress { what, value } => write!(f, "bad address: {what} = {value}"),
             WireError::Inconsistent { kind, what, value } => {
                 write!(f, "inconsistent {kind:?} frame: {what} = {value}")
             }

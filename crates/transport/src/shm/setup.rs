@@ -126,56 +126,146 @@ impl ShmListener {
     /// wrong secret gives `PermissionDenied` (and nothing is created); keep accepting then.
     pub fn accept(&self, secret: &Secret, timeout: Duration) -> io::Result<(ShmLink, PeerHello)> {
         let (s, _) = self.l.accept()?;
-        self.handshake(s, secret, timeout)
+        let deadline = Instant::now() + timeout.max(Duration::from_millis(1));
+        let mut a = self.start_handshake(s)?;
+        loop {
+            if let Some(hello) = a.advance(secret)? {
+                return Ok((a.complete(secret)?, hello));
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("shm @{}: no hello within {timeout:?}", self.name),
+                ));
+            }
+            wait_readable(a.fd(), deadline);
+        }
     }
 
-    fn handshake(
-        &self,
-        mut s: UnixStream,
-        secret: &Secret,
-        timeout: Duration,
-    ) -> io::Result<(ShmLink, PeerHello)> {
+    /// Accepts one waiting connection (`WouldBlock` if none) and starts its handshake without
+    /// blocking: drive it with [`ShmAccepting::advance`] when its fd is readable.
+    pub fn accept_nonblocking(&self) -> io::Result<ShmAccepting> {
+        let (s, _) = self.l.accept()?;
+        self.start_handshake(s)
+    }
+
+    fn start_handshake(&self, mut s: UnixStream) -> io::Result<ShmAccepting> {
         let name = self.name.as_str();
-        s.set_nonblocking(false)?;
-        s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-        s.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
         let mut na = [0u8; 16];
         fill_random(&mut na)?;
         let mut ch = [0u8; CH_LEN];
         ch[..4].copy_from_slice(&CH_MAGIC);
         ch[4..8].copy_from_slice(&VERSION.to_le_bytes());
         ch[8..].copy_from_slice(&na);
+        // A fresh socket's buffer takes the 24 bytes at once.
+        s.set_nonblocking(false)?;
+        s.set_write_timeout(Some(Duration::from_secs(1)))?;
         s.write_all(&ch).map_err(ctx("sending challenge", name))?;
-        let mut h = [0u8; HELLO_LEN];
-        s.read_exact(&mut h).map_err(ctx("reading hello", name))?;
-        if h[..4] != HELLO_MAGIC {
-            return Err(denied(name, "not an hxcomm shm hello"));
+        s.set_nonblocking(true)?;
+        Ok(ShmAccepting {
+            s: Some(s),
+            na,
+            hello: [0; HELLO_LEN],
+            have: 0,
+            name: self.name.clone(),
+            capacity: self.capacity,
+        })
+    }
+}
+
+/// The acceptor's side of a handshake in progress.
+pub struct ShmAccepting {
+    s: Option<UnixStream>,
+    na: [u8; 16],
+    hello: [u8; HELLO_LEN],
+    have: usize,
+    name: String,
+    capacity: usize,
+}
+
+impl ShmAccepting {
+    pub fn fd(&self) -> RawFd {
+        self.s.as_ref().map_or(-1, |s| s.as_raw_fd())
+    }
+
+    /// Reads what the connector sent: `Ok(Some(who))` once its hello is complete and authentic
+    /// (then [`complete`](Self::complete) makes the link, or dropping this refuses it),
+    /// `Ok(None)` while waiting. An error ends the attempt.
+    pub fn advance(&mut self, secret: &Secret) -> io::Result<Option<PeerHello>> {
+        let name = self.name.clone();
+        let Some(s) = self.s.as_mut() else {
+            return Err(io::Error::other("handshake already finished"));
+        };
+        while self.have < HELLO_LEN {
+            match s.read(&mut self.hello[self.have..]) {
+                Ok(0) => return Err(denied(&name, "connector hung up during the handshake")),
+                Ok(n) => {
+                    self.have += n;
+                    if self.have >= 4 && self.hello[..4] != HELLO_MAGIC {
+                        return Err(denied(&name, "not an hxcomm shm hello"));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ctx("reading hello", &name)(e)),
+            }
         }
+        let h = self.hello;
         let (rank, index) = (u32_at(&h, 4), u32_at(&h, 8));
         let nc = &h[12..28];
-        if !ct_eq(&h[28..60], &hello_mac(secret, &na, rank, index, nc)) {
+        if !ct_eq(&h[28..60], &hello_mac(secret, &self.na, rank, index, nc)) {
             return Err(denied(
-                name,
+                &name,
                 &format!("hello from 'rank {rank}' fails authentication (wrong job secret?)"),
             ));
         }
+        Ok(Some(PeerHello { rank, index }))
+    }
+
+    /// Creates the segment and hands it to the connector whose hello [`advance`](Self::advance)
+    /// accepted.
+    pub fn complete(mut self, secret: &Secret) -> io::Result<ShmLink> {
+        let name = self.name.clone();
+        if self.have < HELLO_LEN {
+            return Err(io::Error::other("handshake not finished"));
+        }
+        let h = self.hello;
+        let (rank, index) = (u32_at(&h, 4), u32_at(&h, 8));
+        let nc = &h[12..28];
+        let s = self
+            .s
+            .take()
+            .ok_or_else(|| io::Error::other("handshake already completed"))?;
+        s.set_nonblocking(false)?;
+        s.set_write_timeout(Some(Duration::from_secs(1)))?;
         let (memfd, map) = create_segment(self.capacity)?;
         let (mine, theirs) = (eventfd()?, eventfd()?);
         let cap = self.capacity as u64;
         let mut r = [0u8; READY_LEN];
         r[..4].copy_from_slice(&READY_MAGIC);
         r[4..12].copy_from_slice(&cap.to_le_bytes());
-        r[12..].copy_from_slice(&ready_mac(secret, &na, nc, rank, index, cap));
+        r[12..].copy_from_slice(&ready_mac(secret, &self.na, nc, rank, index, cap));
         send_fds(
             &s,
             &r,
             &[memfd.as_raw_fd(), mine.as_raw_fd(), theirs.as_raw_fd()],
         )
-        .map_err(ctx("sending segment", name))?;
+        .map_err(ctx("sending segment", &name))?;
         let label = format!("shm @{name} <- rank {rank}.{index}");
-        let link = ShmLink::new(map, self.capacity, 0, mine, theirs, Some(s), label)?;
-        Ok((link, PeerHello { rank, index }))
+        ShmLink::new(map, self.capacity, 0, mine, theirs, Some(s), label)
     }
+}
+
+/// Sleeps until `fd` is readable or `deadline` passes.
+fn wait_readable(fd: RawFd, deadline: Instant) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, left.as_millis().min(1000) as i32 + 1) };
 }
 
 impl AsRawFd for ShmListener {
@@ -194,80 +284,192 @@ pub fn connect(
     timeout: Duration,
 ) -> io::Result<ShmLink> {
     let deadline = Instant::now() + timeout;
-    let left = || {
-        deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1))
-    };
-    let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
-    let mut s = loop {
-        match UnixStream::connect_addr(&addr) {
-            Ok(s) => break s,
+    let mut c = loop {
+        match ShmConnecting::start(name) {
+            Ok(c) => break c,
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+                    io::ErrorKind::ConnectionRefused
+                        | io::ErrorKind::NotFound
+                        | io::ErrorKind::WouldBlock
                 ) && Instant::now() < deadline =>
             {
                 std::thread::sleep(Duration::from_millis(2));
             }
-            Err(e) => return Err(ctx("connecting", name)(e)),
+            Err(e) => return Err(e),
         }
     };
-    s.set_read_timeout(Some(left()))?;
-    s.set_write_timeout(Some(left()))?;
-    let mut ch = [0u8; CH_LEN];
-    s.read_exact(&mut ch)
-        .map_err(ctx("reading challenge", name))?;
-    if ch[..4] != CH_MAGIC || u32_at(&ch, 4) != VERSION {
-        return Err(denied(
-            name,
-            "not an hxcomm shm listener (or another version)",
-        ));
+    loop {
+        if let Some(link) = c.advance(secret, rank, index)? {
+            return Ok(link);
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("shm @{name}: handshake not done within {timeout:?}"),
+            ));
+        }
+        wait_readable(c.fd(), deadline);
     }
-    let na = &ch[8..24];
-    let mut nc = [0u8; 16];
-    fill_random(&mut nc)?;
-    let mut h = [0u8; HELLO_LEN];
-    h[..4].copy_from_slice(&HELLO_MAGIC);
-    h[4..8].copy_from_slice(&rank.to_le_bytes());
-    h[8..12].copy_from_slice(&index.to_le_bytes());
-    h[12..28].copy_from_slice(&nc);
-    h[28..].copy_from_slice(&hello_mac(secret, na, rank, index, &nc));
-    s.write_all(&h).map_err(ctx("sending hello", name))?;
-    s.set_read_timeout(Some(left()))?;
-    let mut r = [0u8; READY_LEN];
-    let (got, fds) = recv_fds(&s, &mut r).map_err(ctx("reading segment", name))?;
-    if got == 0 {
-        return Err(denied(
-            name,
-            "listener hung up on our hello (wrong job secret?)",
-        ));
+}
+
+enum ConnPhase {
+    Challenge {
+        buf: [u8; CH_LEN],
+        have: usize,
+    },
+    Ready {
+        na: [u8; 16],
+        nc: [u8; 16],
+        buf: [u8; READY_LEN],
+        have: usize,
+        fds: Vec<OwnedFd>,
+    },
+}
+
+/// The connector's side of a handshake in progress, driven by an event loop.
+pub struct ShmConnecting {
+    s: UnixStream,
+    name: String,
+    phase: ConnPhase,
+}
+
+impl ShmConnecting {
+    /// Connects without blocking: `ConnectionRefused`/`NotFound` mean nobody listens on `name`,
+    /// `WouldBlock` that its backlog is full (try again).
+    pub fn start(name: &str) -> io::Result<ShmConnecting> {
+        let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
+        let s = UnixStream::connect_addr(&addr).map_err(ctx("connecting", name))?;
+        s.set_nonblocking(true)?;
+        Ok(ShmConnecting {
+            s,
+            name: name.to_string(),
+            phase: ConnPhase::Challenge {
+                buf: [0; CH_LEN],
+                have: 0,
+            },
+        })
     }
-    s.read_exact(&mut r[got..])
-        .map_err(ctx("reading segment", name))?;
-    let cap = u64::from_le_bytes(r[4..12].try_into().expect("8 bytes"));
-    if r[..4] != READY_MAGIC || !ct_eq(&r[12..], &ready_mac(secret, na, &nc, rank, index, cap)) {
-        return Err(denied(
-            name,
-            "listener fails authentication (wrong job secret?)",
-        ));
+
+    pub fn fd(&self) -> RawFd {
+        self.s.as_raw_fd()
     }
-    let [memfd, theirs, mine]: [OwnedFd; NFDS] = fds.try_into().map_err(|v: Vec<OwnedFd>| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("shm @{name}: got {} descriptors, want {NFDS}", v.len()),
-        )
-    })?;
-    let (map, cap2) = open_segment(&memfd)?;
-    if cap2 as u64 != cap {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("shm @{name}: segment capacity {cap2}, announced {cap}"),
-        ));
+
+    /// Reads the acceptor's messages as they come: `Ok(Some(link))` once the segment arrived and
+    /// checked out, `Ok(None)` while waiting. An error ends the attempt; a hang-up after our
+    /// hello is `PermissionDenied`.
+    pub fn advance(
+        &mut self,
+        secret: &Secret,
+        rank: u32,
+        index: u32,
+    ) -> io::Result<Option<ShmLink>> {
+        let name = self.name.clone();
+        loop {
+            match &mut self.phase {
+                ConnPhase::Challenge { buf, have } => {
+                    match (&self.s).read(&mut buf[*have..]) {
+                        Ok(0) => {
+                            return Err(denied(&name, "listener hung up before its challenge"))
+                        }
+                        Ok(n) => *have += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(ctx("reading challenge", &name)(e)),
+                    }
+                    if *have < CH_LEN {
+                        continue;
+                    }
+                    if buf[..4] != CH_MAGIC || u32_at(&buf[..], 4) != VERSION {
+                        return Err(denied(
+                            &name,
+                            "not an hxcomm shm listener (or another version)",
+                        ));
+                    }
+                    let mut na = [0u8; 16];
+                    na.copy_from_slice(&buf[8..24]);
+                    let mut nc = [0u8; 16];
+                    fill_random(&mut nc)?;
+                    let mut h = [0u8; HELLO_LEN];
+                    h[..4].copy_from_slice(&HELLO_MAGIC);
+                    h[4..8].copy_from_slice(&rank.to_le_bytes());
+                    h[8..12].copy_from_slice(&index.to_le_bytes());
+                    h[12..28].copy_from_slice(&nc);
+                    h[28..].copy_from_slice(&hello_mac(secret, &na, rank, index, &nc));
+                    // 60 bytes into an empty socket buffer: never short.
+                    (&self.s)
+                        .write_all(&h)
+                        .map_err(ctx("sending hello", &name))?;
+                    self.phase = ConnPhase::Ready {
+                        na,
+                        nc,
+                        buf: [0; READY_LEN],
+                        have: 0,
+                        fds: Vec::new(),
+                    };
+                }
+                ConnPhase::Ready {
+                    na,
+                    nc,
+                    buf,
+                    have,
+                    fds,
+                } => {
+                    match recv_fds(&self.s, &mut buf[*have..]) {
+                        Ok((0, _)) => {
+                            return Err(denied(
+                                &name,
+                                "listener hung up on our hello (wrong job secret, or it keeps its own link to us)",
+                            ))
+                        }
+                        Ok((n, got)) => {
+                            *have += n;
+                            fds.extend(got);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::TimedOut => return Ok(None),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(ctx("reading segment", &name)(e)),
+                    }
+                    if *have < READY_LEN {
+                        continue;
+                    }
+                    let r = *buf;
+                    let cap = u64::from_le_bytes(r[4..12].try_into().expect("8 bytes"));
+                    if r[..4] != READY_MAGIC
+                        || !ct_eq(
+                            &r[12..],
+                            &ready_mac(secret, &na[..], &nc[..], rank, index, cap),
+                        )
+                    {
+                        return Err(denied(
+                            &name,
+                            "listener fails authentication (wrong job secret?)",
+                        ));
+                    }
+                    let fds = std::mem::take(fds);
+                    let [memfd, theirs, mine]: [OwnedFd; NFDS] =
+                        fds.try_into().map_err(|v: Vec<OwnedFd>| {
+                            io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!("shm @{name}: got {} descriptors, want {NFDS}", v.len()),
+                            )
+                        })?;
+                    let (map, cap2) = open_segment(&memfd)?;
+                    if cap2 as u64 != cap {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("shm @{name}: segment capacity {cap2}, announced {cap}"),
+                        ));
+                    }
+                    let label = format!("shm @{name} -> as rank {rank}.{index}");
+                    let s = self.s.try_clone()?;
+                    s.set_nonblocking(false)?;
+                    return ShmLink::new(map, cap2, 1, mine, theirs, Some(s), label).map(Some);
+                }
+            }
+        }
     }
-    let label = format!("shm @{name} -> as rank {rank}.{index}");
-    ShmLink::new(map, cap2, 1, mine, theirs, Some(s), label)
 }
 
 /// Control buffer for up to 4 descriptors, aligned for `cmsghdr`.

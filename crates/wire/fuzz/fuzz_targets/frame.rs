@@ -1,8 +1,8 @@
-//! Frame header and handshake decoders on arbitrary bytes: never panic, and whatever parses
+//! Frame header, address and handshake decoders on arbitrary bytes: never panic, and whatever parses
 //! re-encodes to the same bytes.
 #![no_main]
 
-use hx_wire::{Challenge, FrameHeader, Hello, HEADER_LEN};
+use hx_wire::{Address, Challenge, FrameHeader, Hello, HEADER_LEN};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -13,6 +13,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(h) = Hello::parse(data) {
         assert_eq!(Hello::parse(&h.to_bytes()), Ok(h));
+    }
+    if let Ok(a) = Address::parse(data) {
+        assert_eq!(Address::parse(&a.to_bytes()), Ok(a.clone()));
+        let _ = a.to_string();
     }
     let _ = Challenge::parse(data);
 });

@@ -1,0 +1,918 @@
+//! Connection management, apart from the data path: the table of peers (known by address,
+//! numbered in the order they became known), and the connections to them, made on first use.
+//!
+//! Either side of a pair may connect first, and both may at once. The acceptor decides which
+//! connection a rail keeps: the one initiated by the process with the larger instance number
+//! (an acceptor with the larger number refuses an incoming connection while it has its own
+//! attempt or its own live link on that rail; otherwise it accepts, replacing a live link the
+//! peer evidently considers broken). Refused connectors simply wait for the other connection.
+//! Both TCP and shared-memory handshakes are nonblocking state machines driven by the event
+//! loop, so two processes connecting to each other never wait for each other.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use hx_protocol::Rank;
+use hx_transport::handshake::{self, Verdict};
+use hx_transport::shm::{self, ShmAccepting, ShmConnecting};
+use hx_transport::tcp::{self, TcpLink};
+use hx_transport::Link;
+use hx_wire::{Address, CHALLENGE_LEN, VERDICT_ACCEPT, VERDICT_LEN, VERDICT_REFUSE};
+use tracing::{debug, error, info, warn};
+
+use crate::engine::{Engine, T_CONNECT, T_PENDING, T_SHM_ACCEPT, T_SHM_CONNECT};
+use crate::error::io_err;
+use crate::poller;
+use crate::setup::{self, Route};
+use crate::Error;
+
+/// Handshakes in progress at once. Connections beyond it wait in the listen backlog (they are
+/// accepted as slots free up), so a burst of legitimate connections is slowed, never refused,
+/// while strangers can hold at most this many slots for at most [`HANDSHAKE_TIMEOUT`].
+pub(crate) const MAX_PENDING: usize = 256;
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a rail that is down is tried again while it is wanted.
+pub(crate) const RECONNECT_EVERY: Duration = Duration::from_millis(500);
+/// After the peer refused our connection in favour of its own, how long we leave that to it
+/// before trying again ourselves (retrying sooner only crowds its listener).
+pub(crate) const REFUSED_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Everything the engine knows about one peer process.
+pub(crate) struct PeerSlot {
+    /// Its address (endpoint field: the first one we learnt).
+    pub addr: Option<Address>,
+    /// Reached through one shared-memory link instead of rails.
+    pub shm: bool,
+    /// Process id for direct copies (0: none).
+    pub pid: u32,
+    pub rails: Vec<RailSlot>,
+    /// Traffic has been queued for it at least once: connect whatever is down.
+    pub wanted: bool,
+}
+
+/// One rail (or the shared-memory link) to a peer.
+pub(crate) struct RailSlot {
+    pub link: Option<Box<dyn Link>>,
+    /// The socket refused more data; wait for EPOLLOUT.
+    pub blocked: bool,
+    pub label: String,
+    pub route: Route,
+    /// The live link is one we initiated.
+    pub mine: bool,
+    /// The peer closed this rail or refused to connect it (it exited), rather than the network
+    /// failing.
+    pub gone: bool,
+    pub ever_up: bool,
+    pub down_since: Option<Instant>,
+    pub next_retry: Instant,
+    /// An attempt of ours is under way.
+    pub attempting: bool,
+}
+
+impl RailSlot {
+    fn new(route: Route) -> RailSlot {
+        RailSlot {
+            link: None,
+            blocked: false,
+            label: route.label.clone(),
+            route,
+            mine: false,
+            gone: false,
+            ever_up: false,
+            down_since: None,
+            next_retry: Instant::now(),
+            attempting: false,
+        }
+    }
+}
+
+impl PeerSlot {
+    pub(crate) fn unknown() -> PeerSlot {
+        PeerSlot {
+            addr: None,
+            shm: false,
+            pid: 0,
+            rails: Vec::new(),
+            wanted: false,
+        }
+    }
+}
+
+/// An incoming TCP connection in its handshake.
+pub(crate) struct PendingConn {
+    stream: TcpStream,
+    hs: handshake::Pending,
+    deadline: Instant,
+    from: String,
+}
+
+enum ConnPhase {
+    Challenge,
+    Verdict,
+}
+
+/// An outgoing TCP connection in its handshake.
+pub(crate) struct Connecting {
+    stream: TcpStream,
+    peer: Rank,
+    rail: usize,
+    phase: ConnPhase,
+    buf: [u8; CHALLENGE_LEN],
+    have: usize,
+    deadline: Instant,
+}
+
+pub(crate) struct ShmOut {
+    c: ShmConnecting,
+    peer: Rank,
+    deadline: Instant,
+}
+
+pub(crate) struct ShmIn {
+    a: ShmAccepting,
+    deadline: Instant,
+}
+
+/// The shared-memory handshake names processes by two u32s; we put the instance in them.
+fn split(instance: u64) -> (u32, u32) {
+    (instance as u32, (instance >> 32) as u32)
+}
+
+fn put<T>(v: &mut Vec<Option<T>>, x: T) -> usize {
+    match v.iter().position(|c| c.is_none()) {
+        Some(i) => {
+            v[i] = Some(x);
+            i
+        }
+        None => {
+            v.push(Some(x));
+            v.len() - 1
+        }
+    }
+}
+
+impl Engine {
+    /// The peer with this address, made known if it is new (its rails are computed, nothing is
+    /// connected). `None` for this process itself.
+    pub(crate) fn peer_for(&mut self, addr: &Address) -> Result<Rank, Error> {
+        if addr.instance == self.addr.instance {
+            return Ok(self.core.rank());
+        }
+        if let Some(&p) = self.by_instance.get(&addr.instance) {
+            let slot = &mut self.peers[p as usize];
+            if slot.addr.as_ref().is_some_and(|a| a.port == 0) && addr.port != 0 {
+                // Met over shared memory before its address was known: complete what we know.
+                slot.addr = Some(addr.clone());
+                if slot.shm && self.settings.direct && addr.pid != 0 {
+                    slot.pid = addr.pid;
+                    self.core.set_direct(p, true);
+                }
+            }
+            return Ok(p);
+        }
+        let p = self.core.add_peer();
+        self.peers.push(PeerSlot::unknown());
+        self.set_peer(p, addr)?;
+        Ok(p)
+    }
+
+    /// Fills slot `p` from the peer's address: shared memory or which rails.
+    pub(crate) fn set_peer(&mut self, p: Rank, addr: &Address) -> Result<(), Error> {
+        let use_shm =
+            self.settings.shm && self.addr.shm() && addr.shm() && addr.host == self.addr.host;
+        let routes = if use_shm {
+            vec![Route::shm()]
+        } else {
+            setup::routes(
+                &self.addr,
+                &self.devices,
+                addr,
+                self.settings.loopback_rails,
+            )?
+        };
+        let slot = &mut self.peers[p as usize];
+        slot.addr = Some(addr.clone());
+        slot.shm = use_shm;
+        slot.rails = routes.into_iter().map(RailSlot::new).collect();
+        self.core.set_rails_down(p, slot.rails.len());
+        if use_shm && self.settings.direct && addr.pid != 0 {
+            slot.pid = addr.pid;
+            self.core.set_direct(p, true);
+            if !self.ptracer_set {
+                // Let peers write into our buffers even where Yama restricts ptrace to
+                // descendants.
+                // SAFETY: plain prctl.
+                unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+                self.ptracer_set = true;
+            }
+        }
+        self.by_instance.insert(addr.instance, p);
+        Ok(())
+    }
+
+    /// Starts connecting whatever is down to `peer`, unless an attempt is under way or it was
+    /// tried too recently.
+    pub(crate) fn connect_wanted(&mut self, peer: Rank, now: Instant) {
+        let p = peer as usize;
+        if peer == self.core.rank() || self.finalizing || self.core.peer_failed(peer).is_some() {
+            return;
+        }
+        self.peers[p].wanted = true;
+        for rail in 0..self.peers[p].rails.len() {
+            let r = &self.peers[p].rails[rail];
+            if r.link.is_some()
+                || r.attempting
+                || now < r.next_retry
+                || self.core.bye_received(peer, rail)
+            {
+                continue;
+            }
+            self.peers[p].rails[rail].next_retry = now + RECONNECT_EVERY;
+            if self.peers[p].shm {
+                self.start_shm(peer, now);
+            } else {
+                self.start_tcp(peer, rail, now);
+            }
+        }
+    }
+
+    fn start_tcp(&mut self, peer: Rank, rail: usize, now: Instant) {
+        let route = self.peers[peer as usize].rails[rail].route.clone();
+        let stream =
+            match tcp::connect_nonblocking(route.local, route.device.as_deref(), route.remote) {
+                Ok(s) => s,
+                Err(e) => {
+                    debug!(peer, rail, "connect: {e}");
+                    return;
+                }
+            };
+        let slot = put(
+            &mut self.connecting,
+            Connecting {
+                stream,
+                peer,
+                rail,
+                phase: ConnPhase::Challenge,
+                buf: [0; CHALLENGE_LEN],
+                have: 0,
+                deadline: now + self.settings.connect_timeout,
+            },
+        );
+        let fd = self.connecting[slot].as_ref().unwrap().stream.as_raw_fd();
+        if self
+            .poller
+            .add(
+                fd,
+                poller::IN | poller::OUT | poller::HUP,
+                T_CONNECT | slot as u64,
+            )
+            .is_err()
+        {
+            self.connecting[slot] = None;
+            return;
+        }
+        self.peers[peer as usize].rails[rail].attempting = true;
+    }
+
+    fn end_connect(&mut self, slot: usize) -> Option<Connecting> {
+        let c = self.connecting.get_mut(slot)?.take()?;
+        self.poller.remove(c.stream.as_raw_fd());
+        if let Some(r) = self.peers[c.peer as usize].rails.get_mut(c.rail) {
+            r.attempting = false;
+        }
+        Some(c)
+    }
+
+    /// An attempt failed: a refused connection means nobody listens there any more.
+    fn connect_failed(&mut self, slot: usize, why: &str, refused: bool) {
+        if let Some(c) = self.end_connect(slot) {
+            debug!(
+                peer = c.peer,
+                rail = c.rail,
+                why,
+                "connection attempt failed"
+            );
+            let r = &mut self.peers[c.peer as usize].rails[c.rail];
+            if refused && r.link.is_none() {
+                r.gone = true;
+                r.down_since.get_or_insert_with(Instant::now);
+                let label = r.label.clone();
+                self.check_peer_gone(c.peer, why, &label);
+            }
+        }
+    }
+
+    pub(crate) fn advance_connect(&mut self, slot: usize) {
+        let Some(c) = self.connecting.get_mut(slot).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        match c.stream.take_error() {
+            Ok(Some(e)) | Err(e) => {
+                let refused = e.kind() == ErrorKind::ConnectionRefused;
+                self.connect_failed(slot, &e.to_string(), refused);
+                return;
+            }
+            Ok(None) => {}
+        }
+        loop {
+            let want = match c.phase {
+                ConnPhase::Challenge => CHALLENGE_LEN,
+                ConnPhase::Verdict => VERDICT_LEN,
+            };
+            match c.stream.read(&mut c.buf[c.have..want]) {
+                Ok(0) => {
+                    self.connect_failed(slot, "closed during the handshake", false);
+                    return;
+                }
+                Ok(n) => c.have += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let refused = e.kind() == ErrorKind::ConnectionRefused;
+                    self.connect_failed(slot, &e.to_string(), refused);
+                    return;
+                }
+            }
+            if c.have < want {
+                continue;
+            }
+            c.have = 0;
+            match c.phase {
+                ConnPhase::Challenge => {
+                    let to = self.peers[c.peer as usize]
+                        .addr
+                        .as_ref()
+                        .map_or(0, |a| a.instance);
+                    let hello = match handshake::hello_for(
+                        &c.buf,
+                        &self.secret,
+                        c.rail as u16,
+                        to,
+                        &self.addr,
+                    ) {
+                        Ok(h) => h,
+                        Err(e) => {
+                            self.connect_failed(slot, &e.to_string(), false);
+                            return;
+                        }
+                    };
+                    // 112 bytes into a fresh socket's empty buffer: never short.
+                    if let Err(e) = c.stream.write_all(&hello) {
+                        self.connect_failed(slot, &e.to_string(), false);
+                        return;
+                    }
+                    c.phase = ConnPhase::Verdict;
+                }
+                ConnPhase::Verdict => {
+                    let accepted = c.buf[..VERDICT_LEN] == VERDICT_ACCEPT;
+                    let c = self.end_connect(slot).expect("present");
+                    if !accepted {
+                        debug!(
+                            peer = c.peer,
+                            rail = c.rail,
+                            "the peer keeps its own connection"
+                        );
+                        let r = &mut self.peers[c.peer as usize].rails[c.rail];
+                        r.next_retry = Instant::now() + REFUSED_BACKOFF;
+                        return;
+                    }
+                    let (peer, rail) = (c.peer, c.rail);
+                    if self.peers[peer as usize].rails[rail].link.is_some() {
+                        // Not expected by the rules above; keep what we have.
+                        warn!("rail {rail} to peer {peer}: a second connection was accepted; closing it");
+                        return;
+                    }
+                    if let Err(e) = self.install_tcp(peer, rail, c.stream, true) {
+                        warn!("installing rail {rail} to peer {peer}: {e}");
+                    }
+                    // Bytes may already be waiting behind the verdict.
+                    self.read_rail(peer, rail);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn install_tcp(
+        &mut self,
+        peer: Rank,
+        rail: usize,
+        s: TcpStream,
+        mine: bool,
+    ) -> Result<(), Error> {
+        tcp::tune(&s, &self.rail_opts).map_err(io_err("rail socket options"))?;
+        let who = self.who(peer);
+        let label = format!(
+            "rail {} <-> {who} ({} -> {})",
+            self.peers[peer as usize].rails[rail].label,
+            s.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            s.peer_addr().map(|a| a.to_string()).unwrap_or_default()
+        );
+        self.install_link(peer, rail, Box::new(TcpLink::new(s, label)), mine)
+    }
+
+    /// Puts a connected link in service (again) as `rail` to `peer`.
+    pub(crate) fn install_link(
+        &mut self,
+        peer: Rank,
+        rail: usize,
+        link: Box<dyn Link>,
+        mine: bool,
+    ) -> Result<(), Error> {
+        let token = crate::engine::link_token(peer, rail);
+        if link.polled() {
+            // Looked at every round anyway; epoll only has to wake a sleeper.
+            self.poller.add_level(link.fd(), poller::IN, token)
+        } else {
+            self.poller
+                .add(link.fd(), poller::IN | poller::OUT | poller::HUP, token)
+        }
+        .map_err(io_err("epoll add"))?;
+        if link.polled() {
+            self.polled.push((peer, rail));
+        }
+        let me = self.core.rank();
+        let who = self.who(peer);
+        let r = &mut self.peers[peer as usize].rails[rail];
+        r.link = Some(link);
+        r.blocked = false;
+        r.mine = mine;
+        r.gone = false;
+        r.ever_up = true;
+        if let Some(since) = r.down_since.take() {
+            info!(
+                "hxcomm rank {me}: rail {} to {who} is back after {:.1} s",
+                r.label,
+                since.elapsed().as_secs_f64()
+            );
+        }
+        self.core.rail_up(peer, rail);
+        Ok(())
+    }
+
+    /// Accepts what waits on listener `idx`, as long as handshake slots are free.
+    pub(crate) fn accept(&mut self, idx: usize) {
+        loop {
+            let live = self.pending.iter().filter(|p| p.is_some()).count();
+            if live >= MAX_PENDING {
+                // The rest waits in the backlog; `handshake_slot_freed` comes back for it.
+                self.backlog_waiting = true;
+                return;
+            }
+            let Some((l, name)) = self.listeners.get(idx) else {
+                return;
+            };
+            let (s, from) = match l.accept() {
+                Ok(v) => v,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    warn!("accept on {name} listener: {e}");
+                    return;
+                }
+            };
+            let from = format!("{from} on {name}");
+            self.start_handshake(s, from);
+        }
+    }
+
+    fn start_handshake(&mut self, mut s: TcpStream, from: String) {
+        let hs = match handshake::Pending::new() {
+            Ok(h) => h,
+            Err(e) => {
+                warn!("handshake nonce: {e}");
+                return;
+            }
+        };
+        if s.set_nonblocking(true).is_err() || s.write_all(&hs.challenge()).is_err() {
+            return;
+        }
+        let fd = s.as_raw_fd();
+        let slot = put(
+            &mut self.pending,
+            PendingConn {
+                stream: s,
+                hs,
+                deadline: Instant::now() + HANDSHAKE_TIMEOUT,
+                from,
+            },
+        );
+        if self
+            .poller
+            .add(fd, poller::IN | poller::HUP, T_PENDING | slot as u64)
+            .is_err()
+        {
+            self.pending[slot] = None;
+            return;
+        }
+        self.advance_handshake(slot);
+    }
+
+    /// A handshake slot is free again: take connections that waited in the backlog.
+    fn handshake_slot_freed(&mut self) {
+        if self.backlog_waiting {
+            self.backlog_waiting = false;
+            for idx in 0..self.listeners.len() {
+                self.accept(idx);
+            }
+        }
+    }
+
+    pub(crate) fn advance_handshake(&mut self, slot: usize) {
+        loop {
+            let Some(pc) = self.pending.get_mut(slot).and_then(|p| p.as_mut()) else {
+                return;
+            };
+            let n = match pc.stream.read(pc.hs.space()) {
+                Ok(0) => {
+                    self.reject(slot, "closed before completing the handshake");
+                    return;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.reject(slot, &format!("read failed: {e}"));
+                    return;
+                }
+            };
+            match pc.hs.received(n, &self.secret) {
+                Verdict::NeedMore => {}
+                Verdict::Rejected(why) => {
+                    self.reject(slot, &why);
+                    return;
+                }
+                Verdict::Peer(hello) => {
+                    let mut pc = self.pending[slot].take().unwrap();
+                    self.poller.remove(pc.stream.as_raw_fd());
+                    self.incoming_rail(&mut pc, &hello);
+                    self.handshake_slot_freed();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// An authenticated connection: which peer and rail, and does it become the rail?
+    fn incoming_rail(&mut self, pc: &mut PendingConn, hello: &hx_wire::Hello) {
+        let me = self.core.rank();
+        let refuse = |why: &str, pc: &mut PendingConn| {
+            warn!(
+                "hxcomm rank {me}: closing connection from {} ({}): {why}",
+                pc.from, hello.from
+            );
+        };
+        if hello.to_instance != self.addr.instance {
+            return refuse(
+                "meant for another process (a predecessor at this port?)",
+                pc,
+            );
+        }
+        let peer = match self.by_instance.get(&hello.from.instance) {
+            Some(&p) => p,
+            None if self.open_to_unknown => match self.peer_for(&hello.from) {
+                Ok(p) => p,
+                Err(e) => return refuse(&e.to_string(), pc),
+            },
+            None => return refuse("not a process of this job", pc),
+        };
+        let rail = hello.rail as usize;
+        let p = &self.peers[peer as usize];
+        if peer == me || p.shm || rail >= p.rails.len() || self.core.peer_failed(peer).is_some() {
+            return refuse(&format!("unexpected rail {rail} from peer {peer}"), pc);
+        }
+        let r = &p.rails[rail];
+        let i_win = self.addr.instance > hello.from.instance;
+        let keep_mine = i_win && (r.attempting || (r.link.is_some() && r.mine));
+        if keep_mine {
+            let _ = pc.stream.write_all(&VERDICT_REFUSE);
+            return;
+        }
+        if pc.stream.write_all(&VERDICT_ACCEPT).is_err() {
+            return;
+        }
+        if self.peers[peer as usize].rails[rail].link.is_some() {
+            // The peer reconnects a rail we have not yet seen fail: it has.
+            self.rail_down(peer, rail, "peer reconnected it", false);
+        }
+        let stream = match pc.stream.try_clone() {
+            Ok(s) => s,
+            Err(e) => return refuse(&e.to_string(), pc),
+        };
+        if let Err(e) = self.install_tcp(peer, rail, stream, false) {
+            warn!("installing rail {rail} from peer {peer}: {e}");
+            return;
+        }
+        // Bytes may already be waiting behind the handshake.
+        self.read_rail(peer, rail);
+    }
+
+    fn reject(&mut self, slot: usize, why: &str) {
+        if let Some(pc) = self.pending[slot].take() {
+            self.poller.remove(pc.stream.as_raw_fd());
+            warn!(
+                "hxcomm rank {}: closed connection from {}: {why}",
+                self.core.rank(),
+                pc.from
+            );
+        }
+        self.handshake_slot_freed();
+    }
+
+    // ---- shared memory ----
+
+    fn start_shm(&mut self, peer: Rank, now: Instant) {
+        let Some(addr) = self.peers[peer as usize].addr.clone() else {
+            return;
+        };
+        let name = shm::socket_name(&self.secret, addr.instance);
+        let c = match ShmConnecting::start(&name) {
+            Ok(c) => c,
+            Err(e) => {
+                let refused =
+                    matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::NotFound);
+                debug!(peer, "shared-memory connect: {e}");
+                if refused {
+                    let r = &mut self.peers[peer as usize].rails[0];
+                    r.gone = true;
+                    r.down_since.get_or_insert(now);
+                    self.check_peer_gone(peer, &e.to_string(), "shm");
+                }
+                return;
+            }
+        };
+        let fd = c.fd();
+        let slot = put(
+            &mut self.shm_out,
+            ShmOut {
+                c,
+                peer,
+                deadline: now + self.settings.connect_timeout,
+            },
+        );
+        if self
+            .poller
+            .add(fd, poller::IN | poller::HUP, T_SHM_CONNECT | slot as u64)
+            .is_err()
+        {
+            self.shm_out[slot] = None;
+            return;
+        }
+        self.peers[peer as usize].rails[0].attempting = true;
+        self.advance_shm_connect(slot);
+    }
+
+    fn end_shm_connect(&mut self, slot: usize) -> Option<ShmOut> {
+        let c = self.shm_out.get_mut(slot)?.take()?;
+        self.poller.remove(c.c.fd());
+        if let Some(r) = self.peers[c.peer as usize].rails.get_mut(0) {
+            r.attempting = false;
+        }
+        Some(c)
+    }
+
+    pub(crate) fn advance_shm_connect(&mut self, slot: usize) {
+        let (rank, index) = split(self.addr.instance);
+        let Some(o) = self.shm_out.get_mut(slot).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        match o.c.advance(&self.secret, rank, index) {
+            Ok(None) => {}
+            Ok(Some(link)) => {
+                let o = self.end_shm_connect(slot).expect("present");
+                if self.peers[o.peer as usize].rails[0].link.is_some() {
+                    warn!(
+                        "shared memory to peer {}: a second link was accepted; closing it",
+                        o.peer
+                    );
+                    return;
+                }
+                if let Err(e) = self.install_link(o.peer, 0, Box::new(link), true) {
+                    warn!("shared memory to peer {}: {e}", o.peer);
+                }
+            }
+            Err(e) => {
+                // Refused (the peer keeps the link it initiated) or failed: retried while wanted.
+                if let Some(o) = self.end_shm_connect(slot) {
+                    debug!(peer = o.peer, "shared-memory handshake: {e}");
+                }
+            }
+        }
+    }
+
+    pub(crate) fn shm_accept(&mut self) {
+        loop {
+            let Some(l) = self.shm_listener.as_ref() else {
+                return;
+            };
+            match l.accept_nonblocking() {
+                Ok(a) => {
+                    let fd = a.fd();
+                    let slot = put(
+                        &mut self.shm_in,
+                        ShmIn {
+                            a,
+                            deadline: Instant::now() + HANDSHAKE_TIMEOUT,
+                        },
+                    );
+                    if self
+                        .poller
+                        .add(fd, poller::IN | poller::HUP, T_SHM_ACCEPT | slot as u64)
+                        .is_err()
+                    {
+                        self.shm_in[slot] = None;
+                        continue;
+                    }
+                    self.advance_shm_accept(slot);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    warn!(
+                        "hxcomm rank {}: shared-memory accept: {e}",
+                        self.core.rank()
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn advance_shm_accept(&mut self, slot: usize) {
+        let me = self.core.rank();
+        let Some(i) = self.shm_in.get_mut(slot).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let hello = match i.a.advance(&self.secret) {
+            Ok(None) => return,
+            Ok(Some(h)) => h,
+            Err(e) => {
+                let i = self.shm_in[slot].take().unwrap();
+                self.poller.remove(i.a.fd());
+                warn!("hxcomm rank {me}: refused a shared-memory connection: {e}");
+                return;
+            }
+        };
+        let i = self.shm_in[slot].take().unwrap();
+        self.poller.remove(i.a.fd());
+        let instance = hello.rank as u64 | (hello.index as u64) << 32;
+        let peer = match self.by_instance.get(&instance) {
+            Some(&p) => p,
+            None if self.open_to_unknown && instance != 0 => {
+                // Only its instance is known: a same-host peer without direct copies until its
+                // address is inserted.
+                let partial = Address {
+                    flags: hx_wire::ADDR_FLAG_SHM,
+                    ep: 0,
+                    instance,
+                    host: self.addr.host,
+                    pid: 0,
+                    port: 0,
+                    rails: Vec::new(),
+                };
+                match self.peer_for(&partial) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        warn!("hxcomm: shared memory from unknown process {instance:x}: {e}");
+                        return;
+                    }
+                }
+            }
+            None => {
+                warn!("hxcomm rank {me}: refusing shared memory from process {instance:x}: not of this job");
+                return;
+            }
+        };
+        let r = match self.peers[peer as usize].rails.first() {
+            Some(r) if self.peers[peer as usize].shm => r,
+            _ => {
+                warn!("hxcomm rank {me}: refusing unexpected shared-memory link from peer {peer}");
+                return;
+            }
+        };
+        let i_win = self.addr.instance > instance;
+        if r.link.is_some() || (i_win && r.attempting) {
+            return; // dropping it hangs up: the connector uses the link we make or have
+        }
+        match i.a.complete(&self.secret) {
+            Ok(link) => {
+                if let Err(e) = self.install_link(peer, 0, Box::new(link), false) {
+                    warn!("shared memory from peer {peer}: {e}");
+                }
+            }
+            Err(e) => warn!("hxcomm rank {me}: shared memory from peer {peer}: {e}"),
+        }
+    }
+
+    // ---- failures and housekeeping ----
+
+    /// How messages name a peer: its rank in a launched job, else its number and address.
+    pub(crate) fn who(&self, peer: Rank) -> String {
+        if !self.open_to_unknown {
+            return format!("rank {peer}");
+        }
+        match self.peers.get(peer as usize).and_then(|p| p.addr.as_ref()) {
+            Some(a) => format!("peer {peer} ({a})"),
+            None => format!("peer {peer}"),
+        }
+    }
+
+    /// Every rail to `peer` is down and the peer itself closed or refused them: it has exited.
+    pub(crate) fn check_peer_gone(&mut self, peer: Rank, why: &str, label: &str) {
+        let me = self.core.rank();
+        let who = self.who(peer);
+        let s = &self.peers[peer as usize];
+        let all_down = s.rails.iter().all(|r| r.link.is_none());
+        let all_gone = s.rails.iter().all(|r| r.gone);
+        if all_down && all_gone && self.core.peer_failed(peer).is_none() {
+            error!("hxcomm rank {me}: {who} closed its connections ({why} on rail {label}); it has exited or crashed");
+            self.core.fail_peer(
+                peer,
+                &format!("{who} closed its connections without finishing ({why} on rail {label})"),
+            );
+        }
+    }
+
+    /// Times out handshakes and attempts, reconnects rails that are down while their peer is
+    /// wanted, and gives up on peers that stayed unreachable for too long.
+    pub(crate) fn housekeeping(&mut self, now: Instant) {
+        for slot in 0..self.pending.len() {
+            if self.pending[slot]
+                .as_ref()
+                .is_some_and(|p| p.deadline < now)
+            {
+                self.reject(slot, "no handshake within 5 s");
+            }
+        }
+        while matches!(self.pending.last(), Some(None)) {
+            self.pending.pop();
+        }
+        for slot in 0..self.connecting.len() {
+            if self.connecting[slot]
+                .as_ref()
+                .is_some_and(|c| c.deadline < now)
+            {
+                self.connect_failed(slot, "handshake timed out", false);
+            }
+        }
+        for slot in 0..self.shm_out.len() {
+            if self.shm_out[slot]
+                .as_ref()
+                .is_some_and(|c| c.deadline < now)
+            {
+                self.end_shm_connect(slot);
+            }
+        }
+        for slot in 0..self.shm_in.len() {
+            if self.shm_in[slot].as_ref().is_some_and(|c| c.deadline < now) {
+                let i = self.shm_in[slot].take().unwrap();
+                self.poller.remove(i.a.fd());
+            }
+        }
+        if self.finalizing {
+            return;
+        }
+        let me = self.core.rank();
+        for peer in 0..self.peers.len() as Rank {
+            let p = peer as usize;
+            if peer == me || !self.peers[p].wanted || self.core.peer_failed(peer).is_some() {
+                continue;
+            }
+            let s = &self.peers[p];
+            let all_down = !s.rails.is_empty() && s.rails.iter().all(|r| r.link.is_none());
+            if all_down {
+                let since = s.rails.iter().filter_map(|r| r.down_since).max();
+                if since.is_some_and(|t| now.duration_since(t) > self.settings.rank_timeout) {
+                    error!(
+                        "hxcomm rank {me}: no rail to {} for {:?}; giving up on it",
+                        self.who(peer),
+                        self.settings.rank_timeout
+                    );
+                    self.core.fail_peer(
+                        peer,
+                        &format!(
+                            "unreachable for {:?} (HX_RANK_TIMEOUT)",
+                            self.settings.rank_timeout
+                        ),
+                    );
+                    continue;
+                }
+            }
+            let missing = s
+                .rails
+                .iter()
+                .any(|r| r.link.is_none() && !r.attempting && now >= r.next_retry);
+            if missing {
+                // Rails not up yet count as down from the first try on.
+                for r in &mut self.peers[p].rails {
+                    if r.link.is_none() {
+                        r.down_since.get_or_insert(now);
+                    }
+                }
+                self.connect_wanted(peer, now);
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Processes that know each other only by address (no launcher, no ranks): engines opened with
+//! `Engine::open` as threads of one process, introduced by `insert`, connecting on first use in
+//! either direction, over loopback TCP rails and over shared memory.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use hx_engine::{Engine, Settings, ANY_SOURCE, ANY_TAG};
+
+const SECRET: [u8; 32] = [3; 32];
+
+fn settings(shm: bool, rails: usize) -> Settings {
+    let mut s = Settings::from_env().unwrap();
+    s.loopback_rails = rails;
+    s.shm = shm;
+    s.connect_timeout = Duration::from_secs(10);
+    s
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) >> 3) as u8)
+        .collect()
+}
+
+/// Two engines; each gets the other's address through a channel and runs `f(engine, peer)`.
+fn pair<F>(s: Settings, introduce_both: bool, f: F)
+where
+    F: Fn(usize, &mut Engine, Option<u32>) + Send + Sync + Clone + 'static,
+{
+    let (tx0, rx0) = mpsc::channel::<[u8; 64]>();
+    let (tx1, rx1) = mpsc::channel::<[u8; 64]>();
+    let chans = [(tx1, rx0), (tx0, rx1)];
+    let handles: Vec<_> = chans
+        .into_iter()
+        .enumerate()
+        .map(|(i, (tx, rx))| {
+            let (f, s) = (f.clone(), s.clone());
+            std::thread::spawn(move || {
+                let mut e = Engine::open(s, SECRET, None).unwrap();
+                e.open_endpoint(1).unwrap();
+                tx.send(e.address(1)).unwrap();
+                let theirs = rx.recv().unwrap();
+                let peer = if introduce_both || i == 0 {
+                    let (p, ep) = e.insert(&theirs).unwrap();
+                    assert_eq!(ep, 1);
+                    assert_eq!(e.insert(&theirs).unwrap().0, p, "same address, same peer");
+                    Some(p)
+                } else {
+                    None
+                };
+                f(i, &mut e, peer);
+                e.finalize().unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("engine thread panicked");
+    }
+}
+
+#[test]
+fn both_sides_send_first_and_connect_at_once() {
+    for (shm, rails) in [(false, 1), (false, 3), (true, 1)] {
+        pair(settings(shm, rails), true, move |i, e, peer| {
+            let peer = peer.unwrap();
+            for (n, len) in [0usize, 1, 4000, 100_000, 3 << 20].into_iter().enumerate() {
+                let data = pattern(i as u64 * 100 + n as u64, len);
+                let s = e.isend(1, peer, 1, n as u64, data).unwrap();
+                let r = e
+                    .irecv(1, Some(peer), Some(n as u64), vec![0; len])
+                    .unwrap();
+                let (st, buf) = e.wait_owned(r).unwrap();
+                assert_eq!((st.source, st.len, st.tag), (peer, len, n as u64));
+                let want = pattern((1 - i) as u64 * 100 + n as u64, len);
+                assert!(
+                    buf.unwrap() == want,
+                    "shm {shm} rails {rails} len {len}: bytes differ"
+                );
+                e.wait(s).unwrap();
+            }
+            assert_eq!(e.rails(peer), if shm { 1 } else { rails });
+        });
+    }
+}
+
+#[test]
+fn an_unknown_sender_becomes_a_peer_by_its_connection() {
+    for shm in [false, true] {
+        pair(settings(shm, 2), false, move |i, e, peer| {
+            if i == 0 {
+                // Knows the other; sends first, then waits for the answer.
+                let peer = peer.unwrap();
+                e.send(1, peer, 1, 5, b"hello").unwrap();
+                let mut b = [0u8; 8];
+                let st = e.recv(1, Some(peer), Some(6), &mut b).unwrap();
+                assert_eq!(&b[..st.len], b"olleh");
+            } else {
+                // Never told about the sender: it learns of it from the connection.
+                assert!(peer.is_none());
+                let mut b = [0u8; 8];
+                let st = e.recv(1, ANY_SOURCE, ANY_TAG, &mut b).unwrap();
+                assert_eq!((&b[..st.len], st.tag), (&b"hello"[..], 5));
+                assert_ne!(st.source, e.rank(), "shm {shm}");
+                e.send(1, st.source, 1, 6, b"olleh").unwrap();
+            }
+        });
+    }
+}
+
+#[test]
+fn malformed_addresses_are_refused() {
+    let mut e = Engine::open(settings(false, 1), SECRET, None).unwrap();
+    let good = e.address(0);
+    let mut bad = good;
+    bad[0] = b'Z';
+    assert!(e
+        .insert(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("malformed"));
+    assert!(e.insert(&good[..20]).is_err());
+    assert_eq!(e.insert(&good).unwrap().0, e.rank(), "own address is self");
+    assert!(Engine::describe_address(&good)
+        .unwrap()
+        .starts_with("hxcomm://"));
+}
