@@ -30,4 +30,8 @@ impl Buffer for EngineBuf {
             EngineBuf::Owned(v) => v,
         }
     }
+
+    fn empty() -> Self {
+        EngineBuf::Owned(Vec::new())
+    }
 }

@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use hx_bootstrap::{Bootstrap, Secret};
-use hx_protocol::{Completion, Core, EpId, Rank, ReqId, Status};
+use hx_protocol::{Completion, Core, EpId, Filter, Rank, ReqId, Status};
 use hx_transport::shm::{self, ShmListener};
 use hx_transport::tcp::{self, RailOptions};
 use hx_wire::{Address, RailIp, ADDRESS_LEN, ADDRESS_MAX_RAILS, ADDR_FLAG_SHM};
@@ -485,6 +485,107 @@ impl Engine {
         let req = self.core.recv(ep, src, tag, buf)?;
         self.flush_dirty();
         Ok(Request(req))
+    }
+
+    /// Starts sending with immediate data (`data`, delivered in the receiver's status).
+    ///
+    /// # Safety
+    /// A `Raw` buffer must stay valid and unmodified until the request completes.
+    pub unsafe fn isend_with(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        buf: EngineBuf,
+    ) -> Result<Request, Error> {
+        self.check_ep(ep)?;
+        let req = self.core.send_with_data(dst, ep, dst_ep, tag, data, buf)?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
+    /// Starts a receive of what `filter` takes (source, source endpoint, tag with ignore mask).
+    ///
+    /// # Safety
+    /// A `Raw` buffer must stay valid and untouched by anyone else until the request completes.
+    pub unsafe fn irecv_filtered(
+        &mut self,
+        ep: EpId,
+        filter: Filter,
+        buf: EngineBuf,
+    ) -> Result<Request, Error> {
+        self.check_ep(ep)?;
+        let req = self.core.recv_matching(ep, filter, buf)?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
+    /// Makes progress, then tells whether a message that `filter` takes is waiting.
+    pub fn probe_filtered(&mut self, ep: EpId, filter: Filter) -> Result<Option<Status>, Error> {
+        self.check_ep(ep)?;
+        self.progress()?;
+        Ok(self.core.probe_matching(ep, filter))
+    }
+
+    /// Makes progress, then takes the first message `filter` takes out of matching (a matched
+    /// probe); returns a claim to receive it with ([`irecv_claimed`](Self::irecv_claimed)) or
+    /// drop ([`discard_claimed`](Self::discard_claimed)).
+    pub fn claim(&mut self, ep: EpId, filter: Filter) -> Result<Option<(u64, Status)>, Error> {
+        self.check_ep(ep)?;
+        self.progress()?;
+        Ok(self.core.claim(ep, filter).map(|(h, st)| (h.to_u64(), st)))
+    }
+
+    /// Receives a claimed message.
+    ///
+    /// # Safety
+    /// As for [`irecv_filtered`](Self::irecv_filtered).
+    pub unsafe fn irecv_claimed(&mut self, claim: u64, buf: EngineBuf) -> Result<Request, Error> {
+        let req = self
+            .core
+            .recv_claimed(hx_protocol::Handle::from_u64(claim), buf)?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
+    /// Drops a claimed message (its bytes are received into nothing); release the returned
+    /// request once it is done.
+    pub fn discard_claimed(&mut self, claim: u64) -> Result<Request, Error> {
+        let req = self
+            .core
+            .discard_claimed(hx_protocol::Handle::from_u64(claim))?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
+    /// Cancels a posted receive that has not matched; true if it was (it is gone then).
+    pub fn cancel_recv(&mut self, req: Request) -> bool {
+        self.core.cancel_recv(req.0).is_some()
+    }
+
+    /// From now on, [`take_finished`](Self::take_finished) reports requests as they finish.
+    pub fn track_finished(&mut self) {
+        self.core.track_finished();
+    }
+
+    /// Requests that finished since the last call (possibly repeated; check with
+    /// [`take_request`](Self::take_request)).
+    pub fn take_finished(&mut self, out: &mut Vec<Request>) {
+        let mut v = Vec::new();
+        self.core.take_finished(&mut v);
+        out.extend(v.into_iter().map(Request));
+    }
+
+    /// A finished request's outcome and buffer, releasing it; `None` while it is pending (or
+    /// unknown). Unlike `wait`, a truncated receive is `Ok` with `truncated` set.
+    pub fn take_request(&mut self, req: Request) -> Option<(Result<Status, Error>, EngineBuf)> {
+        match self.core.take(req.0)? {
+            (Completion::Done(st), buf) => Some((Ok(st), buf)),
+            (Completion::Failed(e), buf) => Some((Err(e.into()), buf)),
+            (Completion::Pending, _) => None,
+        }
     }
 
     /// Sends `data` and returns when the buffer may be reused.

@@ -16,7 +16,7 @@ mod setup;
 pub use buf::EngineBuf;
 pub use engine::{Engine, Request, BARRIER_EP};
 pub use error::Error;
-pub use hx_protocol::{EpId, Policy, Rank, Status};
+pub use hx_protocol::{EpId, Filter, Policy, Rank, Status, TagMatch};
 pub use settings::Settings;
 
 /// Sends log messages to stderr, filtered by `HX_LOG` (default `warn`), unless the program has

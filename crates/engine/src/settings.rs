@@ -35,12 +35,16 @@ pub struct Settings {
     pub direct: bool,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+/// Where settings are read from: a name -> value lookup (the environment, or the libfabric
+/// provider's resolved parameters).
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
 }
 
-fn num<T: std::str::FromStr>(name: &str, default: T) -> Result<T, Error> {
-    match var(name) {
+fn num<T: std::str::FromStr>(var: Lookup, name: &str, default: T) -> Result<T, Error> {
+    match var(name).filter(|v| !v.is_empty()) {
         None => Ok(default),
         Some(v) => v
             .parse()
@@ -48,8 +52,8 @@ fn num<T: std::str::FromStr>(name: &str, default: T) -> Result<T, Error> {
     }
 }
 
-fn size(name: &str, default: usize) -> Result<usize, Error> {
-    let Some(v) = var(name) else {
+fn size(var: Lookup, name: &str, default: usize) -> Result<usize, Error> {
+    let Some(v) = var(name).filter(|v| !v.is_empty()) else {
         return Ok(default);
     };
     let (digits, mult) = match v.to_ascii_lowercase() {
@@ -65,6 +69,13 @@ fn size(name: &str, default: usize) -> Result<usize, Error> {
 
 impl Settings {
     pub fn from_env() -> Result<Settings, Error> {
+        Self::from_lookup(&env_var)
+    }
+
+    /// Reads the settings through `get` (`HX_*` name -> value; unset or empty: default).
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Settings, Error> {
+        let var = |name: &str| get(name).filter(|v| !v.is_empty());
+        let var: Lookup = &var;
         let policy = match var("HX_POLICY") {
             None => Policy::Adaptive,
             Some(p) => Policy::parse(&p).ok_or_else(|| {
@@ -76,11 +87,11 @@ impl Settings {
         let d = Config::default();
         let protocol = Config {
             policy,
-            eager_limit: size("HX_EAGER_LIMIT", d.eager_limit)?,
-            max_chunk: size("HX_CHUNK", d.max_chunk)?,
-            min_chunk: size("HX_MIN_CHUNK", d.min_chunk)?,
+            eager_limit: size(var, "HX_EAGER_LIMIT", d.eager_limit)?,
+            max_chunk: size(var, "HX_CHUNK", d.max_chunk)?,
+            min_chunk: size(var, "HX_MIN_CHUNK", d.min_chunk)?,
             stage_size: d.stage_size,
-            eager_credits: size("HX_EAGER_CREDITS", d.eager_credits)?,
+            eager_credits: size(var, "HX_EAGER_CREDITS", d.eager_credits)?,
         };
         if protocol.min_chunk == 0 || protocol.max_chunk < protocol.min_chunk {
             return Err(Error::Config(format!(
@@ -97,14 +108,14 @@ impl Settings {
                 .filter(|s| !s.is_empty())
                 .collect::<Vec<_>>()
         });
-        let loopback_rails: usize = num("HX_LOOPBACK_RAILS", 1)?;
+        let loopback_rails: usize = num(var, "HX_LOOPBACK_RAILS", 1)?;
         if loopback_rails == 0 || loopback_rails > 64 {
             return Err(Error::Config(format!(
                 "HX_LOOPBACK_RAILS={loopback_rails}: expected 1 to 64"
             )));
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let local: usize = num("HX_LOCAL_SIZE", 1)?;
+        let local: usize = num(var, "HX_LOCAL_SIZE", 1)?;
         let yield_while_spinning = match var("HX_YIELD").as_deref() {
             None => local > cores,
             Some("1") | Some("yes") | Some("true") => true,
@@ -115,13 +126,13 @@ impl Settings {
             protocol,
             rails,
             loopback_rails,
-            spin: Duration::from_micros(num("HX_SPIN_US", 200u64)?),
+            spin: Duration::from_micros(num(var, "HX_SPIN_US", 200u64)?),
             yield_while_spinning,
-            notsent_lowat: size("HX_NOTSENT_LOWAT", 128 * 1024)? as u32,
-            connect_timeout: Duration::from_secs(num("HX_CONNECT_TIMEOUT", 30u64)?),
-            rail_timeout: Duration::from_millis(num("HX_RAIL_TIMEOUT", 1000u64)?.max(1)),
-            rank_timeout: Duration::from_secs(num("HX_RANK_TIMEOUT", 30u64)?.max(1)),
-            shm: transports()?,
+            notsent_lowat: size(var, "HX_NOTSENT_LOWAT", 128 * 1024)? as u32,
+            connect_timeout: Duration::from_secs(num(var, "HX_CONNECT_TIMEOUT", 30u64)?),
+            rail_timeout: Duration::from_millis(num(var, "HX_RAIL_TIMEOUT", 1000u64)?.max(1)),
+            rank_timeout: Duration::from_secs(num(var, "HX_RANK_TIMEOUT", 30u64)?.max(1)),
+            shm: transports(var)?,
             direct: match var("HX_DIRECT").as_deref() {
                 None | Some("1") | Some("yes") | Some("true") => true,
                 Some("0") | Some("no") | Some("false") => false,
@@ -131,7 +142,7 @@ impl Settings {
     }
 }
 
-fn transports() -> Result<bool, Error> {
+fn transports(var: Lookup) -> Result<bool, Error> {
     let Some(v) = var("HX_TRANSPORTS") else {
         return Ok(true);
     };

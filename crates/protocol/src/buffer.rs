@@ -5,6 +5,8 @@
 pub trait Buffer {
     fn as_slice(&self) -> &[u8];
     fn as_mut_slice(&mut self) -> &mut [u8];
+    /// A buffer of no bytes (receives that drop what they match).
+    fn empty() -> Self;
 }
 
 impl Buffer for Vec<u8> {
@@ -13,5 +15,8 @@ impl Buffer for Vec<u8> {
     }
     fn as_mut_slice(&mut self) -> &mut [u8] {
         self
+    }
+    fn empty() -> Self {
+        Vec::new()
     }
 }

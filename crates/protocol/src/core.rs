@@ -29,7 +29,9 @@ pub(crate) struct SendState {
 pub(crate) struct RecvState {
     pub ep: EpId,
     pub src: Option<Rank>,
-    pub tag: Option<u64>,
+    /// Only messages sent from this endpoint of the source (any if `None`).
+    pub src_ep: Option<EpId>,
+    pub tag: TagMatch,
     /// Set when matched.
     pub status: Option<Status>,
     /// Payload bytes (as sent) still to arrive.
@@ -48,6 +50,8 @@ pub(crate) struct Unexp {
     pub tag: u64,
     pub seq: u64,
     pub len: usize,
+    /// Immediate data the sender attached.
+    pub data: Option<u64>,
     pub body: Body,
 }
 
@@ -183,6 +187,12 @@ pub struct Core<B> {
     pub(crate) spare_bufs: Vec<Vec<u8>>,
     pub(crate) resends: u64,
     pub(crate) direct_q: VecDeque<DirectWrite>,
+    /// Data of the message being sent to self (passed to `send_to_self`).
+    pub(crate) self_data: Option<u64>,
+    /// Held messages taken out of matching by `claim`.
+    pub(crate) claimed: HashSet<Handle>,
+    /// Requests finished since the driver last asked (only while tracking is on).
+    pub(crate) finished: Option<Vec<ReqId>>,
 }
 
 /// Adaptive: messages at least this long rotate over rails even when the pair is quiet.
@@ -190,8 +200,61 @@ const ROTATE_FROM: usize = 4 * 1024;
 /// Adaptive: a rail whose queue exceeds the shortest by this much gets no new messages.
 const BACKLOG_SLACK: usize = 256 * 1024;
 
-fn matches(src: Option<Rank>, tag: Option<u64>, msg_src: Rank, msg_tag: u64) -> bool {
-    src.is_none_or(|s| s == msg_src) && tag.is_none_or(|t| t == msg_tag)
+/// Which tags a receive takes: those equal to `tag` in every bit not set in `ignore`
+/// (libfabric's tag and ignore mask; MPI_ANY_TAG ignores the tag bits of a tag that also
+/// carries the communicator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagMatch {
+    pub tag: u64,
+    pub ignore: u64,
+}
+
+impl TagMatch {
+    pub const ANY: TagMatch = TagMatch {
+        tag: 0,
+        ignore: u64::MAX,
+    };
+
+    pub fn exact(tag: u64) -> TagMatch {
+        TagMatch { tag, ignore: 0 }
+    }
+
+    /// `None` is any tag.
+    pub fn from_option(tag: Option<u64>) -> TagMatch {
+        tag.map_or(TagMatch::ANY, TagMatch::exact)
+    }
+
+    pub fn matches(&self, tag: u64) -> bool {
+        (self.tag ^ tag) & !self.ignore == 0
+    }
+}
+
+/// Which messages a receive (or probe) takes: source, source endpoint, tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Filter {
+    pub src: Option<Rank>,
+    pub src_ep: Option<EpId>,
+    pub tag: TagMatch,
+}
+
+impl Filter {
+    pub fn new(src: Option<Rank>, tag: Option<u64>) -> Filter {
+        Filter {
+            src,
+            src_ep: None,
+            tag: TagMatch::from_option(tag),
+        }
+    }
+
+    fn takes(&self, u: &Unexp) -> bool {
+        self.src.is_none_or(|s| s == u.src)
+            && self.src_ep.is_none_or(|e| e == u.src_ep)
+            && self.tag.matches(u.tag)
+    }
+}
+
+fn matches(src: Option<Rank>, tag: TagMatch, msg_src: Rank, msg_tag: u64) -> bool {
+    src.is_none_or(|s| s == msg_src) && tag.matches(msg_tag)
 }
 
 impl<B: Buffer> Core<B> {
@@ -208,6 +271,9 @@ impl<B: Buffer> Core<B> {
             spare_bufs: Vec::new(),
             resends: 0,
             direct_q: VecDeque::new(),
+            finished: None,
+            claimed: HashSet::new(),
+            self_data: None,
         }
     }
 
@@ -301,6 +367,19 @@ impl<B: Buffer> Core<B> {
         tag: u64,
         buf: B,
     ) -> Result<ReqId, ProtoError> {
+        self.send_with_data(peer, src_ep, dst_ep, tag, None, buf)
+    }
+
+    /// As [`send`](Self::send), with immediate data the receiver gets in its status.
+    pub fn send_with_data(
+        &mut self,
+        peer: Rank,
+        src_ep: EpId,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        buf: B,
+    ) -> Result<ReqId, ProtoError> {
         self.check_peer(peer)?;
         let len = buf.as_slice().len();
         if len > u32::MAX as usize * 16 {
@@ -319,9 +398,13 @@ impl<B: Buffer> Core<B> {
                 reason: reason.clone(),
             };
             self.reqs.get_mut(req).unwrap().completion = Completion::Failed(err);
+            if let Some(f) = &mut self.finished {
+                f.push(req);
+            }
             return Ok(req);
         }
         if peer == self.me {
+            self.self_data = data;
             self.send_to_self(req, src_ep, dst_ep, tag);
             return Ok(req);
         }
@@ -334,6 +417,10 @@ impl<B: Buffer> Core<B> {
         h.seq = seq;
         h.tag = tag;
         h.value = len as u64;
+        if let Some(d) = data {
+            h.flags |= hx_wire::FLAG_DATA;
+            h.data = d;
+        }
         let rail = self.pick_rail_for(peer, len);
         let p = &mut self.peers[peer as usize];
         let cost = len as u64 + crate::EAGER_OVERHEAD;
@@ -369,7 +456,11 @@ impl<B: Buffer> Core<B> {
             tag,
             len,
             truncated: false,
+            data: None,
         });
+        if let Some(f) = &mut self.finished {
+            f.push(req);
+        }
         let u = self.unexp.insert(Unexp {
             src: self.me,
             src_ep,
@@ -377,6 +468,7 @@ impl<B: Buffer> Core<B> {
             tag,
             seq: 0,
             len,
+            data: self.self_data.take(),
             body: Body::Eager {
                 data,
                 filled: len,
@@ -395,6 +487,12 @@ impl<B: Buffer> Core<B> {
         tag: Option<u64>,
         buf: B,
     ) -> Result<ReqId, ProtoError> {
+        self.recv_matching(ep, Filter::new(src, tag), buf)
+    }
+
+    /// Posts a receive for the messages `filter` takes.
+    pub fn recv_matching(&mut self, ep: EpId, filter: Filter, buf: B) -> Result<ReqId, ProtoError> {
+        let Filter { src, src_ep, tag } = filter;
         if let Some(s) = src {
             if s as usize >= self.peers.len() {
                 return Err(ProtoError::Invalid(format!(
@@ -408,6 +506,7 @@ impl<B: Buffer> Core<B> {
             kind: ReqKind::Recv(RecvState {
                 ep,
                 src,
+                src_ep,
                 tag,
                 status: None,
                 unreceived: 0,
@@ -417,10 +516,10 @@ impl<B: Buffer> Core<B> {
             completion: Completion::Pending,
         });
         let q = self.eps.entry(ep).or_default();
-        let found = q.unexpected.iter().position(|&u| {
-            let m = self.unexp.get(u).unwrap();
-            matches(src, tag, m.src, m.tag)
-        });
+        let found = q
+            .unexpected
+            .iter()
+            .position(|&u| filter.takes(self.unexp.get(u).unwrap()));
         match found {
             Some(i) => {
                 let u = q.unexpected.remove(i).unwrap();
@@ -434,6 +533,9 @@ impl<B: Buffer> Core<B> {
                             reason: reason.clone(),
                         };
                         self.reqs.get_mut(req).unwrap().completion = Completion::Failed(err);
+                        if let Some(f) = &mut self.finished {
+                            f.push(req);
+                        }
                         return Ok(req);
                     }
                 }
@@ -474,17 +576,95 @@ impl<B: Buffer> Core<B> {
 
     /// Is there a message that a receive with these filters would match right now?
     pub fn probe(&self, ep: EpId, src: Option<Rank>, tag: Option<u64>) -> Option<Status> {
+        self.probe_matching(ep, Filter::new(src, tag))
+    }
+
+    /// Is there a message that a receive with this filter would match right now?
+    pub fn probe_matching(&self, ep: EpId, filter: Filter) -> Option<Status> {
         let q = self.eps.get(&ep)?;
         q.unexpected.iter().find_map(|&u| {
             let m = self.unexp.get(u)?;
-            matches(src, tag, m.src, m.tag).then_some(Status {
+            filter.takes(m).then_some(Status {
                 source: m.src,
                 src_ep: m.src_ep,
                 tag: m.tag,
                 len: m.len,
                 truncated: false,
+                data: m.data,
             })
         })
+    }
+
+    /// Takes the first message a receive with these filters would match out of matching (a
+    /// matched probe: MPI_Mprobe, FI_CLAIM). Receive it with [`recv_claimed`](Self::recv_claimed)
+    /// or drop it with [`discard_claimed`](Self::discard_claimed).
+    pub fn claim(&mut self, ep: EpId, filter: Filter) -> Option<(Handle, Status)> {
+        let st = self.probe_matching(ep, filter)?;
+        let q = self.eps.get_mut(&ep)?;
+        let unexp = &self.unexp;
+        let i = q
+            .unexpected
+            .iter()
+            .position(|&u| unexp.get(u).is_some_and(|m| filter.takes(m)))?;
+        let u = q.unexpected.remove(i)?;
+        self.claimed.insert(u);
+        Some((u, st))
+    }
+
+    /// Receives a claimed message into `buf`.
+    pub fn recv_claimed(&mut self, claim: Handle, buf: B) -> Result<ReqId, ProtoError> {
+        if !self.claimed.remove(&claim) {
+            return Err(ProtoError::Invalid(format!(
+                "no claimed message {:#x}",
+                claim.to_u64()
+            )));
+        }
+        let m = self.unexp.get(claim).expect("claimed messages stay held");
+        let (src, tag, ep) = (m.src, m.tag, m.dst_ep);
+        let req = self.reqs.insert(Request {
+            buf,
+            kind: ReqKind::Recv(RecvState {
+                ep,
+                src: Some(src),
+                src_ep: None,
+                tag: TagMatch::exact(tag),
+                status: None,
+                unreceived: 0,
+                rdv: None,
+                chunks: HashSet::new(),
+            }),
+            completion: Completion::Pending,
+        });
+        self.match_unexp(claim, req);
+        if let Some(reason) = self.peers[src as usize].failed.clone() {
+            if self.is_pending(req) {
+                // Its sender died before all of it arrived.
+                self.complete(
+                    req,
+                    Completion::Failed(ProtoError::PeerFailed { peer: src, reason }),
+                );
+            }
+        }
+        Ok(req)
+    }
+
+    /// Drops a claimed message: its bytes are received into nothing (a rendezvous sender still
+    /// completes). Returns the request to release once it completes.
+    pub fn discard_claimed(&mut self, claim: Handle) -> Result<ReqId, ProtoError> {
+        self.recv_claimed(claim, B::empty())
+    }
+
+    /// From now on, remember which requests finish, for [`take_finished`](Self::take_finished).
+    pub fn track_finished(&mut self) {
+        self.finished.get_or_insert_with(Vec::new);
+    }
+
+    /// Appends the requests that finished since the last call (with tracking on). A request
+    /// may appear more than once; look at its completion.
+    pub fn take_finished(&mut self, out: &mut Vec<ReqId>) {
+        if let Some(f) = &mut self.finished {
+            out.append(f);
+        }
     }
 
     /// Peers with frames queued since the last call: the driver should try to write to them.
@@ -536,6 +716,9 @@ impl<B: Buffer> Core<B> {
             };
             if involved {
                 r.completion = Completion::Failed(err.clone());
+                if let Some(f) = &mut self.finished {
+                    f.push(h);
+                }
                 if let ReqKind::Recv(_) = r.kind {
                     failed_recvs.push(h);
                 }
@@ -605,7 +788,11 @@ impl<B: Buffer> Core<B> {
                 tag: 0,
                 len: w.msg_len,
                 truncated: false,
+                data: None,
             });
+            if let Some(f) = &mut self.finished {
+                f.push(w.req);
+            }
         }
     }
 
@@ -719,54 +906,55 @@ impl<B: Buffer> Core<B> {
     pub(crate) fn complete(&mut self, req: ReqId, c: Completion) {
         if let Some(r) = self.reqs.get_mut(req) {
             r.completion = c;
+            if let Some(f) = &mut self.finished {
+                f.push(req);
+            }
         }
     }
 
     /// An arrival whose turn in sequence has come: match it or queue it as unexpected.
     pub(crate) fn deliver_in_order(&mut self, u: Handle) {
         let m = self.unexp.get(u).unwrap();
-        let (ep, src, tag) = (m.dst_ep, m.src, m.tag);
-        match self.take_posted(ep, src, tag) {
+        let (ep, src, src_ep, tag) = (m.dst_ep, m.src, m.src_ep, m.tag);
+        match self.take_posted(ep, src, src_ep, tag) {
             Some(req) => self.match_unexp(u, req),
             None => q_push(&mut self.eps, ep, u),
         }
     }
 
     /// Finds and removes the first posted receive on `ep` that matches.
-    pub(crate) fn take_posted(&mut self, ep: EpId, src: Rank, tag: u64) -> Option<ReqId> {
+    pub(crate) fn take_posted(
+        &mut self,
+        ep: EpId,
+        src: Rank,
+        src_ep: EpId,
+        tag: u64,
+    ) -> Option<ReqId> {
         let q = self.eps.get_mut(&ep)?;
         let reqs = &self.reqs;
         let i = q
             .posted
             .iter()
             .position(|&r| match &reqs.get(r).unwrap().kind {
-                ReqKind::Recv(rv) => matches(rv.src, rv.tag, src, tag),
+                ReqKind::Recv(rv) => {
+                    matches(rv.src, rv.tag, src, tag) && rv.src_ep.is_none_or(|e| e == src_ep)
+                }
                 ReqKind::Send(_) => false,
             })?;
         q.posted.remove(i)
     }
 
-    /// Records in a receive what it matched. Returns the receive buffer's capacity.
-    pub(crate) fn set_matched(
-        &mut self,
-        req: ReqId,
-        src: Rank,
-        src_ep: EpId,
-        tag: u64,
-        len: usize,
-        rdv: Option<(Rank, u64)>,
-    ) {
+    /// Records in a receive the message it matched (`msg`: who sent what; `truncated` is
+    /// worked out here).
+    pub(crate) fn set_matched(&mut self, req: ReqId, msg: Status, rdv: Option<(Rank, u64)>) {
         let r = self.reqs.get_mut(req).unwrap();
         let cap = r.buf.as_slice().len();
         if let ReqKind::Recv(rv) = &mut r.kind {
             rv.status = Some(Status {
-                source: src,
-                src_ep,
-                tag,
-                len,
-                truncated: len > cap,
+                truncated: msg.len > cap,
+                ..msg
             });
-            rv.unreceived = len;
+            rv.unreceived = msg.len;
             rv.rdv = rdv;
         }
     }
@@ -774,15 +962,23 @@ impl<B: Buffer> Core<B> {
     /// A receive met a held message.
     fn match_unexp(&mut self, u: Handle, req: ReqId) {
         let m = self.unexp.get(u).unwrap();
-        let (src, src_ep, tag, len, seq) = (m.src, m.src_ep, m.tag, m.len, m.seq);
+        let (len, seq) = (m.len, m.seq);
+        let msg = Status {
+            source: m.src,
+            src_ep: m.src_ep,
+            tag: m.tag,
+            len: m.len,
+            truncated: false,
+            data: m.data,
+        };
         match &m.body {
             Body::Rts => {
                 self.free_unexp(u);
-                self.start_rdv_recv(src, seq, req, src_ep, tag, len);
+                self.start_rdv_recv(seq, req, msg);
             }
             Body::Eager { filled, .. } => {
                 let done = *filled == len;
-                self.set_matched(req, src, src_ep, tag, len, None);
+                self.set_matched(req, msg, None);
                 if done {
                     self.finish_claimed(u, req);
                 } else if let Some(Unexp {
@@ -808,22 +1004,18 @@ impl<B: Buffer> Core<B> {
                 rv.unreceived = 0;
                 let st = rv.status.unwrap();
                 r.completion = Completion::Done(st);
+                if let Some(f) = &mut self.finished {
+                    f.push(req);
+                }
             }
         }
         self.free_unexp(u);
     }
 
     /// The receiver's side of a matched rendezvous: ask the sender for the data.
-    pub(crate) fn start_rdv_recv(
-        &mut self,
-        peer: Rank,
-        seq: u64,
-        req: ReqId,
-        src_ep: EpId,
-        tag: u64,
-        len: usize,
-    ) {
-        self.set_matched(req, peer, src_ep, tag, len, Some((peer, seq)));
+    pub(crate) fn start_rdv_recv(&mut self, seq: u64, req: ReqId, msg: Status) {
+        let (peer, src_ep, len) = (msg.source, msg.src_ep, msg.len);
+        self.set_matched(req, msg, Some((peer, seq)));
         if len == 0 {
             let st = self.recv_status(req);
             self.complete(req, Completion::Done(st));

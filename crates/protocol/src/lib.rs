@@ -24,7 +24,7 @@ mod slab;
 mod tx;
 
 pub use crate::buffer::Buffer;
-pub use crate::core::{Core, DirectWrite, Stats};
+pub use crate::core::{Core, DirectWrite, Filter, Stats, TagMatch};
 pub use crate::slab::Handle;
 pub use hx_wire as wire;
 
@@ -122,6 +122,8 @@ pub struct Status {
     pub len: usize,
     /// The message was longer than the receive buffer; only the buffer's length was stored.
     pub truncated: bool,
+    /// Immediate data the sender attached (libfabric's remote CQ data).
+    pub data: Option<u64>,
 }
 
 /// Errors of the protocol, with enough context to say which peer and rail misbehaved.

@@ -3,7 +3,23 @@
 //! it straight into that buffer (no intermediate copy). Frames resent after a rail failure are
 //! recognised and dropped (or, for a payload cut off mid-way, delivered again in full).
 
-use hx_wire::{FrameHeader, FrameKind, FLAG_ACK_REQ, HEADER_LEN};
+use hx_wire::{FrameHeader, FrameKind, FLAG_ACK_REQ, FLAG_DATA, HEADER_LEN, MIN_HEADER_LEN};
+
+fn data_of(h: &FrameHeader) -> Option<u64> {
+    (h.flags & FLAG_DATA != 0).then_some(h.data)
+}
+
+/// Who sent what, from an Eager or Rts header.
+fn msg_of(peer: crate::Rank, h: &FrameHeader) -> crate::Status {
+    crate::Status {
+        source: peer,
+        src_ep: h.src_ep,
+        tag: h.tag,
+        len: h.value as usize,
+        truncated: false,
+        data: data_of(h),
+    }
+}
 
 use crate::core::{Body, ReqKind, Unexp};
 use crate::slab::Handle;
@@ -153,7 +169,7 @@ impl<B: Buffer> Core<B> {
                 }
                 continue;
             }
-            if avail < HEADER_LEN {
+            if avail < MIN_HEADER_LEN {
                 if avail >= 4 {
                     // Fail early on garbage rather than waiting for a full header.
                     if let Err(err @ hx_wire::WireError::BadMagic { .. }) =
@@ -357,6 +373,9 @@ impl<B: Buffer> Core<B> {
                         rv.unreceived = 0;
                         if r.completion == Completion::Pending {
                             r.completion = Completion::Done(rv.status.unwrap());
+                            if let Some(f) = &mut self.finished {
+                                f.push(req);
+                            }
                         }
                     }
                 }
@@ -374,12 +393,12 @@ impl<B: Buffer> Core<B> {
     /// An eager message or RTS whose turn has come, with its header just read.
     fn arrive_in_order(&mut self, peer: Rank, h: &FrameHeader) -> Option<Dest> {
         let len = h.value as usize;
-        if let Some(req) = self.take_posted(h.dst_ep, peer, h.tag) {
+        if let Some(req) = self.take_posted(h.dst_ep, peer, h.src_ep, h.tag) {
             if h.kind == FrameKind::Rts {
-                self.start_rdv_recv(peer, h.seq, req, h.src_ep, h.tag, len);
+                self.start_rdv_recv(h.seq, req, msg_of(peer, h));
                 return None;
             }
-            self.set_matched(req, peer, h.src_ep, h.tag, len, None);
+            self.set_matched(req, msg_of(peer, h), None);
             // Straight into the receiver's buffer: it holds no memory here.
             self.eager_consumed(peer, len);
             return Some(Dest::Req(req));
@@ -411,6 +430,7 @@ impl<B: Buffer> Core<B> {
             tag: h.tag,
             seq: h.seq,
             len,
+            data: data_of(h),
             body,
         })
     }
@@ -454,6 +474,9 @@ impl<B: Buffer> Core<B> {
                 }
                 if rv.unreceived == 0 && r.completion == Completion::Pending {
                     r.completion = Completion::Done(rv.status.unwrap());
+                    if let Some(f) = &mut self.finished {
+                        f.push(req);
+                    }
                     rv.chunks = Default::default();
                     if let Some((from, seq)) = rv.rdv {
                         self.peers[from as usize].rdv_recv.remove(&seq);

@@ -229,7 +229,11 @@ impl<B: Buffer> Core<B> {
                     tag: u64::from_le_bytes(item.hdr[24..32].try_into().unwrap()),
                     len,
                     truncated: false,
+                    data: None,
                 });
+                if let Some(f) = &mut self.finished {
+                    f.push(req);
+                }
             }
         }
         item.reset();
@@ -288,11 +292,15 @@ impl<B: Buffer> Core<B> {
             if let ReqKind::Send(s) = &mut r.kind {
                 s.unacked -= len.min(s.unacked);
                 if s.unacked == 0 && r.completion == Completion::Pending {
+                    if let Some(f) = &mut self.finished {
+                        f.push(req);
+                    }
                     r.completion = Completion::Done(crate::Status {
                         source: me,
                         src_ep: 0,
                         tag: 0,
                         len: total,
+                        data: None,
                         truncated: false,
                     });
                 }

@@ -327,3 +327,131 @@ fn direct_copies_complete_rendezvous() {
             && !c.cores[0].is_pending(s2))
         .unwrap());
 }
+
+mod provider_matching {
+    //! What the libfabric provider needs of matching: tag ignore masks, immediate data, a
+    //! source-endpoint filter, matched probes (claim) and discards, and finished-request tracking.
+    use hx_protocol::sim::Cluster;
+    use hx_protocol::{Completion, Config, Filter, TagMatch};
+
+    fn run(c: &mut Cluster, done: impl FnMut(&mut Cluster) -> bool) {
+        assert!(c.run_until(200_000, done).unwrap(), "did not finish");
+    }
+
+    fn done(c: &Cluster, r: usize, req: hx_protocol::ReqId) -> bool {
+        !c.cores[r].is_pending(req)
+    }
+
+    #[test]
+    fn masks_data_source_endpoints_claims() {
+        let cfg = Config {
+            eager_limit: 1024,
+            ..Config::default()
+        };
+        let mut c = Cluster::new(2, 2, cfg, 7);
+        c.cores[1].track_finished();
+        // Sender endpoint 4 and 6 to receiver endpoint 2; tags carry a "communicator" in the
+        // high bits.
+        let big = vec![9u8; 5000]; // rendezvous
+        let s1 = c.cores[0]
+            .send_with_data(1, 4, 2, 0x7_0000_0001, Some(11), vec![1, 2, 3])
+            .unwrap();
+        let s2 = c.cores[0]
+            .send_with_data(1, 6, 2, 0x7_0000_0002, Some(22), big.clone())
+            .unwrap();
+        let s3 = c.cores[0]
+            .send_with_data(1, 4, 2, 0x8_0000_0003, None, vec![5])
+            .unwrap();
+        run(&mut c, |c| {
+            c.cores[1].probe(2, None, Some(0x8_0000_0003)).is_some()
+                && c.cores[1].probe(2, None, Some(0x7_0000_0002)).is_some()
+        });
+        // Any tag of communicator 7, only from endpoint 6: the rendezvous message.
+        let f6 = Filter {
+            src: Some(0),
+            src_ep: Some(6),
+            tag: TagMatch {
+                tag: 0x7_0000_0000,
+                ignore: 0xffff_ffff,
+            },
+        };
+        let st = c.cores[1].probe_matching(2, f6).unwrap();
+        assert_eq!((st.tag, st.len, st.data), (0x7_0000_0002, 5000, Some(22)));
+        // Claim it, then receive it: the claim takes it out of matching.
+        let (claim, st) = c.cores[1].claim(2, f6).unwrap();
+        assert_eq!(st.data, Some(22));
+        assert!(c.cores[1].probe_matching(2, f6).is_none());
+        let r2 = c.cores[1].recv_claimed(claim, vec![0; 5000]).unwrap();
+        assert!(
+            c.cores[1].recv_claimed(claim, vec![0; 1]).is_err(),
+            "claim used twice"
+        );
+        // Communicator 7 from any endpoint: the first eager message, with its data.
+        let any7 = Filter {
+            src: None,
+            src_ep: None,
+            tag: TagMatch {
+                tag: 0x7_0000_0000,
+                ignore: 0xffff_ffff,
+            },
+        };
+        let r1 = c.cores[1].recv_matching(2, any7, vec![0; 8]).unwrap();
+        // Communicator 8: claimed and discarded.
+        let f8 = Filter::new(None, Some(0x8_0000_0003));
+        let (claim8, _) = c.cores[1].claim(2, f8).unwrap();
+        let r3 = c.cores[1].discard_claimed(claim8).unwrap();
+        run(&mut c, |c| {
+            done(c, 1, r1) && done(c, 1, r2) && done(c, 1, r3) && done(c, 0, s2)
+        });
+        match c.cores[1].take(r1) {
+            Some((Completion::Done(st), buf)) => {
+                assert_eq!(
+                    (st.tag, st.len, st.data, st.src_ep),
+                    (0x7_0000_0001, 3, Some(11), 4)
+                );
+                assert_eq!(&buf[..3], &[1, 2, 3]);
+            }
+            other => panic!("{:?}", other.map(|o| o.0)),
+        }
+        match c.cores[1].take(r2) {
+            Some((Completion::Done(st), buf)) => {
+                assert_eq!(st.data, Some(22));
+                assert!(buf == big);
+            }
+            other => panic!("{:?}", other.map(|o| o.0)),
+        }
+        match c.cores[1].take(r3) {
+            Some((Completion::Done(st), buf)) => {
+                assert!(st.truncated && buf.is_empty() && st.data.is_none());
+            }
+            other => panic!("{:?}", other.map(|o| o.0)),
+        }
+        let mut fin = Vec::new();
+        c.cores[1].take_finished(&mut fin);
+        for r in [r1, r2, r3] {
+            assert!(fin.contains(&r), "finished list lacks {r:?}");
+        }
+        for s in [s1, s3] {
+            assert!(!c.cores[0].is_pending(s));
+        }
+    }
+
+    #[test]
+    fn a_source_endpoint_filter_leaves_other_endpoints_alone() {
+        let mut c = Cluster::new(2, 1, Config::default(), 3);
+        let filter = Filter {
+            src: Some(0),
+            src_ep: Some(5),
+            tag: TagMatch::ANY,
+        };
+        let r = c.cores[1].recv_matching(1, filter, vec![0; 4]).unwrap();
+        let _ = c.cores[0].send(1, 9, 1, 1, vec![9]).unwrap();
+        let _ = c.cores[0].send(1, 5, 1, 2, vec![5]).unwrap();
+        run(&mut c, |c| done(c, 1, r));
+        match c.cores[1].take(r) {
+            Some((Completion::Done(st), buf)) => assert_eq!((st.tag, buf[0]), (2, 5)),
+            other => panic!("{:?}", other.map(|o| o.0)),
+        }
+        assert!(c.cores[1].probe(1, Some(0), Some(1)).is_some());
+    }
+}

@@ -9,19 +9,28 @@
 //! 24  tag u64
 //! 32  value u64       Eager/Rts: message length; Data: offset of the chunk; Ack: frames received
 //! 40  ack u64         frames the sender of this frame has received on this rail (piggybacked ack)
+//! 48  data u64        immediate data of an Eager/Rts (libfabric's remote CQ data), if FLAG_DATA
 //! ```
+//!
+//! A header of 48 bytes (an older sender) is accepted and has no data; longer ones are skipped
+//! past whatever follows the fields this version knows.
 
 use crate::{u16_at, u32_at, u64_at, WireError};
 
 pub const MAGIC: [u8; 2] = *b"HX";
 pub const VERSION: u8 = 1;
-pub const HEADER_LEN: usize = 48;
+/// Length of the headers this version emits.
+pub const HEADER_LEN: usize = 56;
+/// Shortest header accepted.
+pub const MIN_HEADER_LEN: usize = 48;
 
 /// Flag: the receiver should acknowledge promptly (e.g. the last chunk of a message).
 pub const FLAG_ACK_REQ: u8 = 1;
 /// Flag on a CTS: the receiver offers its buffer for a direct copy (same host): `value` is the
 /// buffer's address in the receiver, `tag` its capacity.
 pub const FLAG_DIRECT: u8 = 2;
+/// Flag on an Eager or Rts: `data` carries the sender's immediate data.
+pub const FLAG_DATA: u8 = 4;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +85,7 @@ pub struct FrameHeader {
     pub tag: u64,
     pub value: u64,
     pub ack: u64,
+    pub data: u64,
 }
 
 impl FrameHeader {
@@ -90,6 +100,7 @@ impl FrameHeader {
             tag: 0,
             value: 0,
             ack: 0,
+            data: 0,
         }
     }
 
@@ -98,7 +109,7 @@ impl FrameHeader {
     pub fn parse(buf: &[u8]) -> Result<(FrameHeader, usize), WireError> {
         if buf.len() < 4 {
             return Err(WireError::Truncated {
-                need: HEADER_LEN,
+                need: MIN_HEADER_LEN,
                 have: buf.len(),
             });
         }
@@ -111,7 +122,7 @@ impl FrameHeader {
             return Err(WireError::UnsupportedVersion { found: buf[2] });
         }
         let header_len = buf[3] as usize;
-        if header_len < HEADER_LEN || !header_len.is_multiple_of(8) {
+        if header_len < MIN_HEADER_LEN || !header_len.is_multiple_of(8) {
             return Err(WireError::BadHeaderLen { found: buf[3] });
         }
         if buf.len() < header_len {
@@ -131,6 +142,7 @@ impl FrameHeader {
             tag: u64_at(buf, 24),
             value: u64_at(buf, 32),
             ack: u64_at(buf, 40),
+            data: if header_len >= 56 { u64_at(buf, 48) } else { 0 },
         };
         h.check()?;
         Ok((h, header_len))
@@ -182,6 +194,7 @@ impl FrameHeader {
         out[24..32].copy_from_slice(&self.tag.to_le_bytes());
         out[32..40].copy_from_slice(&self.value.to_le_bytes());
         out[40..48].copy_from_slice(&self.ack.to_le_bytes());
+        out[48..56].copy_from_slice(&self.data.to_le_bytes());
     }
 
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
@@ -195,20 +208,21 @@ impl FrameHeader {
 mod tests {
     use super::*;
 
-    const EAGER_BYTES: [u8; 48] = [
-        b'H', b'X', 1, 48, 1, 0, // magic, version, header_len, kind, flags
+    const EAGER_BYTES: [u8; 56] = [
+        b'H', b'X', 1, 56, 1, 4, // magic, version, header_len, kind, flags (FLAG_DATA)
         3, 0, 7, 0, 0, 0, // src_ep 3, dst_ep 7, reserved
         5, 0, 0, 0, // payload_len 5
         0x2a, 0, 0, 0, 0, 0, 0, 0, // seq 42
         0xef, 0xbe, 0xad, 0xde, 0, 0, 0, 0, // tag 0xdeadbeef
         5, 0, 0, 0, 0, 0, 0, 0, // value 5
         9, 1, 0, 0, 0, 0, 0, 0, // ack 265
+        0x78, 0x56, 0x34, 0x12, 0, 0, 0, 0, // data 0x12345678
     ];
 
     fn eager() -> FrameHeader {
         FrameHeader {
             kind: FrameKind::Eager,
-            flags: 0,
+            flags: FLAG_DATA,
             src_ep: 3,
             dst_ep: 7,
             payload_len: 5,
@@ -216,6 +230,7 @@ mod tests {
             tag: 0xdead_beef,
             value: 5,
             ack: 265,
+            data: 0x1234_5678,
         }
     }
 
@@ -226,7 +241,16 @@ mod tests {
 
     #[test]
     fn parse_fixed_bytes() {
-        assert_eq!(FrameHeader::parse(&EAGER_BYTES), Ok((eager(), 48)));
+        assert_eq!(FrameHeader::parse(&EAGER_BYTES), Ok((eager(), 56)));
+        // A 48-byte header of an older sender: no data.
+        let mut old = [0u8; 48];
+        old.copy_from_slice(&EAGER_BYTES[..48]);
+        old[3] = 48;
+        old[5] = 0;
+        let mut want = eager();
+        want.flags = 0;
+        want.data = 0;
+        assert_eq!(FrameHeader::parse(&old), Ok((want, 48)));
     }
 
     #[test]
@@ -243,7 +267,7 @@ mod tests {
 
     #[test]
     fn truncated_is_not_fatal() {
-        for n in 0..48 {
+        for n in 0..56 {
             assert!(
                 matches!(
                     FrameHeader::parse(&EAGER_BYTES[..n]),
@@ -252,17 +276,17 @@ mod tests {
             );
         }
         assert!(matches!(
-            FrameHeader::parse(&EAGER_BYTES[..47]),
-            Err(WireError::Truncated { need: 48, have: 47 })
+            FrameHeader::parse(&EAGER_BYTES[..55]),
+            Err(WireError::Truncated { need: 56, have: 55 })
         ));
     }
 
     #[test]
     fn extension_bytes_are_skipped() {
-        let mut b = [0u8; 56];
-        b[..48].copy_from_slice(&EAGER_BYTES);
-        b[3] = 56;
-        assert_eq!(FrameHeader::parse(&b), Ok((eager(), 56)));
+        let mut b = [0u8; 64];
+        b[..56].copy_from_slice(&EAGER_BYTES);
+        b[3] = 64;
+        assert_eq!(FrameHeader::parse(&b), Ok((eager(), 64)));
     }
 
     #[test]

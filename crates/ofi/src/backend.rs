@@ -1,0 +1,216 @@
+//! What the provider shell needs from a messaging engine: implemented over the hxcomm engine
+//! in `engine_backend.rs`, and by the in-process mock of `mock.rs` for unit tests.
+
+pub type PeerId = u32;
+pub type OpId = u64;
+pub const NAME_LEN: usize = 64;
+
+/// Largest message the provider advertises in `ep_attr->max_msg_size` (fi_getinfo runs before
+/// any backend exists). A backend's `max_msg_size()` must be at least this.
+pub const MAX_MSG_SIZE: usize = u32::MAX as usize * 16;
+
+/// Where a completed or failed operation ended.
+#[derive(Debug, Clone)]
+pub struct Done {
+    pub op: OpId,
+    pub is_recv: bool,
+    /// Bytes placed in the receive buffer (recv) or sent (send).
+    pub len: usize,
+    /// Length of the message as sent (recv; > len means truncated).
+    pub msg_len: usize,
+    pub tag: u64,
+    pub data: Option<u64>,
+    /// Sender of a received message (None when unknown).
+    pub src: Option<PeerId>,
+    /// Set when the op failed: (positive FI_E* errno, e.g. FI_ETRUNC, FI_ECANCELED, FI_EIO; message naming the peer).
+    pub error: Option<(i32, String)>,
+}
+
+/// A message found by peek.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub src: PeerId,
+    pub tag: u64,
+    pub len: usize,
+    pub data: Option<u64>,
+}
+
+pub struct BackendConfig {
+    /// HX_* settings (name, value) after resolving FI_HXCOMM_* aliases.
+    pub settings: Vec<(String, String)>,
+    /// The domain's auth_key, if any.
+    pub auth_key: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct BackendError {
+    /// Positive FI_E* value.
+    pub errno: i32,
+    pub msg: String,
+}
+
+impl BackendError {
+    pub fn new(errno: i32, msg: impl Into<String>) -> Self {
+        BackendError {
+            errno,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (errno {})", self.msg, self.errno)
+    }
+}
+
+pub enum SendBuf {
+    Borrowed { ptr: *const u8, len: usize },
+    Owned(Vec<u8>),
+}
+
+impl SendBuf {
+    pub fn len(&self) -> usize {
+        match self {
+            SendBuf::Borrowed { len, .. } => *len,
+            SendBuf::Owned(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// # Safety
+    /// A Borrowed buffer must be valid for its length.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        match self {
+            SendBuf::Borrowed { len: 0, .. } => &[],
+            SendBuf::Borrowed { ptr, len } => std::slice::from_raw_parts(*ptr, *len),
+            SendBuf::Owned(v) => v,
+        }
+    }
+}
+
+pub trait Backend: Send {
+    /// Opens a new endpoint (tagged and untagged messages are separate matching spaces inside it). Returns its id.
+    fn open_ep(&mut self) -> Result<u16, BackendError>;
+    fn close_ep(&mut self, ep: u16) -> Result<(), BackendError>;
+    /// The 64-byte address of an endpoint.
+    fn name(&self, ep: u16) -> [u8; NAME_LEN];
+    /// Printable form of a name (for fi_av_straddr); error if malformed.
+    fn describe(&self, name: &[u8]) -> Result<String, BackendError>;
+    /// Makes a peer of a name (validated); the same name twice gives the same id.
+    fn insert(&mut self, name: &[u8]) -> Result<PeerId, BackendError>;
+    fn remove(&mut self, peer: PeerId) -> Result<(), BackendError>;
+    /// `tagged` selects the matching space; `data` is remote CQ data.
+    /// # Safety
+    /// A Borrowed buffer stays valid until the op completes.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn send(
+        &mut self,
+        ep: u16,
+        tagged: bool,
+        peer: PeerId,
+        tag: u64,
+        data: Option<u64>,
+        buf: SendBuf,
+    ) -> Result<OpId, BackendError>;
+    /// # Safety
+    /// The buffer stays valid until the op completes or is cancelled.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn recv(
+        &mut self,
+        ep: u16,
+        tagged: bool,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<OpId, BackendError>;
+    /// Makes progress, then looks for a message a recv with these filters would match. With `claim`, the message is reserved and can only be received with `recv_claimed(claim_id...)` or dropped with `discard_claimed`; returns (what was found, claim id).
+    #[allow(clippy::type_complexity)]
+    fn peek(
+        &mut self,
+        ep: u16,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        claim: bool,
+    ) -> Result<Option<(Found, Option<u64>)>, BackendError>;
+    /// Drops the first matching unexpected message (FI_PEEK|FI_DISCARD). Returns what it dropped.
+    fn discard(
+        &mut self,
+        ep: u16,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+    ) -> Result<Option<Found>, BackendError>;
+    /// # Safety
+    /// The buffer stays valid until the op completes.
+    unsafe fn recv_claimed(
+        &mut self,
+        claim: u64,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<OpId, BackendError>;
+    fn discard_claimed(&mut self, claim: u64) -> Result<Found, BackendError>;
+    /// Cancels a posted, unmatched receive: true if it was cancelled (then no other completion comes for it).
+    fn cancel(&mut self, op: OpId) -> bool;
+    /// Nonblocking progress; appends finished operations (sends and receives) to `out`.
+    fn progress(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError>;
+    /// Readable when progress() may have something to do; after progress() found nothing, it is safe to sleep in poll() on it.
+    fn wait_fd(&self) -> i32;
+    /// Largest message.
+    fn max_msg_size(&self) -> usize;
+    /// Client side of fi_getinfo(node, service): the name of the endpoint listening there, if the backend can find it.
+    fn resolve(&mut self, node: &str, service: &str) -> Result<[u8; NAME_LEN], BackendError>;
+    /// Server side of fi_getinfo(node, service, FI_SOURCE) (added to the brief's trait): make
+    /// endpoint `ep` the one `resolve(node, service)` finds. `node` None means any local address.
+    /// Backends that cannot do it keep this default; fi_endpoint then fails with its errno.
+    fn listen(
+        &mut self,
+        ep: u16,
+        node: Option<&str>,
+        service: Option<&str>,
+    ) -> Result<(), BackendError> {
+        let _ = (ep, node, service);
+        Err(BackendError::new(
+            crate::sys::FI_ENOSYS,
+            "this backend cannot listen at a node/service",
+        ))
+    }
+}
+
+/// The backend every domain uses: the hxcomm engine (unit tests of this crate use the
+/// in-process mock, so that they need no sockets).
+pub fn new_backend(cfg: &BackendConfig) -> Result<Box<dyn Backend>, BackendError> {
+    #[cfg(test)]
+    {
+        Ok(Box::new(crate::mock::MockBackend::new(cfg)?))
+    }
+    #[cfg(not(test))]
+    {
+        Ok(Box::new(crate::engine_backend::EngineBackend::new(cfg)?))
+    }
+}
+
+/// Client side of fi_getinfo(node, service): the name of the endpoint listening there.
+pub fn resolve(
+    node: &str,
+    service: &str,
+    auth_key: Option<Vec<u8>>,
+) -> Result<[u8; NAME_LEN], String> {
+    #[cfg(test)]
+    {
+        let cfg = crate::domain::backend_config(auth_key)?;
+        let mut b = crate::mock::MockBackend::new(&cfg).map_err(|e| e.msg)?;
+        b.resolve(node, service).map_err(|e| e.msg)
+    }
+    #[cfg(not(test))]
+    {
+        let _ = auth_key;
+        crate::engine_backend::resolve(node, service).map_err(|e| e.msg)
+    }
+}

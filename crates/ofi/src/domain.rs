@@ -1,0 +1,429 @@
+//! The domain: one backend behind a mutex (FI_THREAD_SAFE), the table of operations in flight,
+//! and the routing of finished operations to completion queues.
+
+use crate::av::AvShared;
+use crate::backend::*;
+use crate::cq::{CqShared, Entry};
+use crate::fabric::{enosys_control, enosys_ops_open, ptr, Fabric};
+use crate::hints::DOMAIN_NAME;
+use crate::sys::*;
+use crate::util::*;
+use libc::{c_int, c_void};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+#[repr(C)]
+pub struct DomainObj {
+    pub fid: fid_domain,
+    pub fabric: *mut Fabric,
+    pub d: Arc<DomainShared>,
+    /// Open endpoints, CQs, AVs and MRs: closing the domain before them is -FI_EBUSY.
+    pub children: AtomicUsize,
+}
+
+pub struct DomainShared {
+    pub state: Mutex<DomainState>,
+    pub wait_fd: i32,
+    pub max_msg: usize,
+    /// The application's API version (err_data rules of fi_cq_readerr depend on it).
+    pub api_version: u32,
+}
+
+/// Whether a finished operation produces a CQ entry.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Report {
+    /// Success and failure.
+    Always,
+    /// Selective completion without FI_COMPLETION: failures only.
+    ErrorsOnly,
+    /// fi_inject: nothing (failures are logged).
+    Never,
+}
+
+pub struct Pending {
+    pub cq: Option<Weak<CqShared>>,
+    pub av: Option<Arc<AvShared>>,
+    pub context: usize,
+    /// Completion flags (FI_SEND/FI_RECV | FI_MSG/FI_TAGGED).
+    pub flags: u64,
+    pub report: Report,
+    pub ep: u16,
+}
+
+pub struct DomainState {
+    pub backend: Box<dyn Backend>,
+    pub pending: HashMap<OpId, Pending>,
+    /// How many AV entries (over all AVs of the domain) name each peer.
+    pub peer_refs: HashMap<PeerId, usize>,
+    scratch: Vec<Done>,
+}
+
+impl DomainShared {
+    pub fn new(backend: Box<dyn Backend>, api_version: u32) -> Arc<Self> {
+        Arc::new(DomainShared {
+            wait_fd: backend.wait_fd(),
+            max_msg: backend.max_msg_size(),
+            api_version,
+            state: Mutex::new(DomainState {
+                backend,
+                pending: HashMap::new(),
+                peer_refs: HashMap::new(),
+                scratch: Vec::new(),
+            }),
+        })
+    }
+
+    /// Drives the backend and delivers what finished to the CQs. CQ entries are pushed while
+    /// the domain lock is held so completions keep the backend's order across threads.
+    pub fn progress(&self) -> Result<(), i32> {
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        let mut done = std::mem::take(&mut st.scratch);
+        let r = st.backend.progress(&mut done);
+        for d in done.drain(..) {
+            if let Some(p) = st.pending.remove(&d.op) {
+                deliver(p, d);
+            }
+        }
+        st.scratch = done;
+        r.map_err(|e| {
+            warn(FI_LOG_DOMAIN, &format!("progress: {}", e.msg));
+            e.errno
+        })
+    }
+}
+
+fn deliver(p: Pending, d: Done) {
+    let mut flags = p.flags;
+    if d.is_recv && d.data.is_some() {
+        flags |= FI_REMOTE_CQ_DATA;
+    }
+    let tag = if d.is_recv && p.flags & FI_TAGGED != 0 {
+        d.tag
+    } else {
+        0
+    };
+    let src = match (&p.av, d.src) {
+        (Some(av), Some(peer)) => Some((av.clone(), peer)),
+        _ => None,
+    };
+    let mut e = Entry {
+        context: p.context,
+        flags,
+        len: d.len,
+        data: if d.is_recv { d.data.unwrap_or(0) } else { 0 },
+        tag,
+        src,
+        err: None,
+    };
+    match d.error {
+        None if p.report != Report::Always => return,
+        None => {}
+        Some((errno, msg)) => {
+            // A failure without a context (fi_inject, Open MPI's Ssend ACK) cannot be matched
+            // to anything by the application (Open MPI crashes on it): log it instead.
+            if p.report == Report::Never || p.context == 0 {
+                warn(
+                    FI_LOG_EP_DATA,
+                    &format!("operation without completion failed: {msg}"),
+                );
+                return;
+            }
+            e.err = Some((errno, d.msg_len.saturating_sub(d.len), msg));
+        }
+    }
+    if let Some(cq) = p.cq.as_ref().and_then(Weak::upgrade) {
+        cq.push(e);
+    }
+}
+
+/// HX_* settings and the auth key for a backend.
+pub fn backend_config(auth_key: Option<Vec<u8>>) -> Result<BackendConfig, String> {
+    Ok(BackendConfig {
+        settings: crate::settings::settings_env()?,
+        auth_key,
+    })
+}
+
+static DOMAIN_FI_OPS: fi_ops = fi_ops {
+    size: std::mem::size_of::<fi_ops>(),
+    close: Some(domain_close),
+    bind: Some(crate::fabric::enosys_bind),
+    control: Some(enosys_control),
+    ops_open: Some(enosys_ops_open),
+    tostr: None,
+    ops_set: None,
+};
+
+static DOMAIN_OPS: fi_ops_domain = fi_ops_domain {
+    size: std::mem::size_of::<fi_ops_domain>(),
+    av_open: Some(crate::av::hx_av_open),
+    cq_open: Some(crate::cq::hx_cq_open),
+    endpoint: Some(crate::ep::hx_endpoint),
+    scalable_ep: Some(enosys_scalable_ep),
+    cntr_open: Some(enosys_cntr_open),
+    poll_open: Some(enosys_poll_open),
+    stx_ctx: Some(enosys_stx),
+    srx_ctx: Some(enosys_srx),
+    query_atomic: Some(enosys_query_atomic),
+    query_collective: Some(enosys_query_collective),
+    endpoint2: Some(endpoint2),
+};
+
+static MR_OPS: fi_ops_mr = fi_ops_mr {
+    size: std::mem::size_of::<fi_ops_mr>(),
+    reg: Some(mr_reg),
+    regv: Some(mr_regv),
+    regattr: Some(mr_regattr),
+};
+
+pub unsafe extern "C" fn hx_domain(
+    fabric: *mut fid_fabric,
+    info: *mut fi_info,
+    dom: *mut *mut fid_domain,
+    context: *mut c_void,
+) -> c_int {
+    if fabric.is_null() || info.is_null() || dom.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        let da = (*info).domain_attr.as_ref();
+        if let Some(n) = da.and_then(|d| opt_cstr(d.name)) {
+            if n != DOMAIN_NAME {
+                warn(
+                    FI_LOG_DOMAIN,
+                    &format!("fi_domain: domain {n:?} is not {DOMAIN_NAME:?}"),
+                );
+                return Err(FI_EINVAL);
+            }
+        }
+        let auth_key = da.and_then(|d| {
+            (!d.auth_key.is_null() && d.auth_key_size > 0)
+                .then(|| std::slice::from_raw_parts(d.auth_key, d.auth_key_size).to_vec())
+        });
+        let cfg = backend_config(auth_key).map_err(|e| {
+            warn(FI_LOG_DOMAIN, &format!("fi_domain: {e}"));
+            FI_EINVAL
+        })?;
+        let backend = new_backend(&cfg).map_err(|e| {
+            warn(FI_LOG_DOMAIN, &format!("fi_domain: {}", e.msg));
+            e.errno
+        })?;
+        let f = fabric as *mut Fabric;
+        let d = Box::new(DomainObj {
+            fid: fid_domain {
+                fid: fid {
+                    fclass: FI_CLASS_DOMAIN,
+                    context,
+                    ops: ptr(&DOMAIN_FI_OPS),
+                },
+                ops: ptr(&DOMAIN_OPS),
+                mr: ptr(&MR_OPS),
+            },
+            fabric: f,
+            d: DomainShared::new(backend, (*fabric).api_version),
+            children: AtomicUsize::new(0),
+        });
+        (&*f).domains.fetch_add(1, Ordering::AcqRel);
+        *dom = &mut Box::leak(d).fid;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
+    if f.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        let d = f as *mut DomainObj;
+        if (&*d).children.load(Ordering::Acquire) != 0 {
+            return Err(FI_EBUSY);
+        }
+        (&*(*d).fabric).domains.fetch_sub(1, Ordering::AcqRel);
+        drop(Box::from_raw(d));
+        Ok(0)
+    })
+}
+
+/// The domain object behind a `struct fid_domain *` we created.
+pub unsafe fn from_fid<'a>(d: *mut fid_domain) -> &'a DomainObj {
+    &*(d as *const DomainObj)
+}
+
+unsafe extern "C" fn endpoint2(
+    d: *mut fid_domain,
+    info: *mut fi_info,
+    ep: *mut *mut fid_ep,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    if flags != 0 {
+        return -FI_EBADFLAGS;
+    }
+    crate::ep::hx_endpoint(d, info, ep, context)
+}
+
+// ---- memory registration: never needed (no RMA); accepted so applications that register
+// anyway work. Key 0, desc NULL.
+
+#[repr(C)]
+struct MrObj {
+    fid: fid_mr,
+    domain: *mut DomainObj,
+}
+
+static MR_FI_OPS: fi_ops = fi_ops {
+    size: std::mem::size_of::<fi_ops>(),
+    close: Some(mr_close),
+    bind: Some(mr_bind),
+    control: Some(mr_control),
+    ops_open: Some(enosys_ops_open),
+    tostr: None,
+    ops_set: None,
+};
+
+unsafe fn new_mr(f: *mut fid, mr: *mut *mut fid_mr, context: *mut c_void) -> Result<i32, i32> {
+    if f.is_null() || mr.is_null() || (*f).fclass != FI_CLASS_DOMAIN {
+        return Err(FI_EINVAL);
+    }
+    let d = f as *mut DomainObj;
+    let m = Box::new(MrObj {
+        fid: fid_mr {
+            fid: fid {
+                fclass: FI_CLASS_MR,
+                context,
+                ops: ptr(&MR_FI_OPS),
+            },
+            mem_desc: std::ptr::null_mut(),
+            key: 0,
+        },
+        domain: d,
+    });
+    (&*d).children.fetch_add(1, Ordering::AcqRel);
+    *mr = &mut Box::leak(m).fid;
+    Ok(0)
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn mr_reg(
+    f: *mut fid,
+    _buf: *const c_void,
+    _len: usize,
+    _access: u64,
+    _offset: u64,
+    _key: u64,
+    _flags: u64,
+    mr: *mut *mut fid_mr,
+    context: *mut c_void,
+) -> c_int {
+    ret_int(|| new_mr(f, mr, context))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn mr_regv(
+    f: *mut fid,
+    _iov: *const libc::iovec,
+    _count: usize,
+    _access: u64,
+    _offset: u64,
+    _key: u64,
+    _flags: u64,
+    mr: *mut *mut fid_mr,
+    context: *mut c_void,
+) -> c_int {
+    ret_int(|| new_mr(f, mr, context))
+}
+
+/// The context of fi_mr_attr is not read (we do not mirror struct fi_mr_attr): fid.context is NULL.
+unsafe extern "C" fn mr_regattr(
+    f: *mut fid,
+    attr: *const c_void,
+    _flags: u64,
+    mr: *mut *mut fid_mr,
+) -> c_int {
+    if attr.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| new_mr(f, mr, std::ptr::null_mut()))
+}
+
+unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
+    if f.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        let m = Box::from_raw(f as *mut MrObj);
+        (&*m.domain).children.fetch_sub(1, Ordering::AcqRel);
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn mr_bind(_: *mut fid, _: *mut fid, _: u64) -> c_int {
+    0
+}
+
+unsafe extern "C" fn mr_control(_: *mut fid, cmd: c_int, _: *mut c_void) -> c_int {
+    if cmd == FI_ENABLE {
+        0
+    } else {
+        -FI_ENOSYS
+    }
+}
+
+unsafe extern "C" fn enosys_scalable_ep(
+    _: *mut fid_domain,
+    _: *mut fi_info,
+    _: *mut *mut fid_ep,
+    _: *mut c_void,
+) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn enosys_cntr_open(
+    _: *mut fid_domain,
+    _: *mut c_void,
+    _: *mut *mut c_void,
+    _: *mut c_void,
+) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn enosys_poll_open(
+    _: *mut fid_domain,
+    _: *mut c_void,
+    _: *mut *mut c_void,
+) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn enosys_stx(
+    _: *mut fid_domain,
+    _: *mut fi_tx_attr,
+    _: *mut *mut c_void,
+    _: *mut c_void,
+) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn enosys_srx(
+    _: *mut fid_domain,
+    _: *mut fi_rx_attr,
+    _: *mut *mut fid_ep,
+    _: *mut c_void,
+) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn enosys_query_atomic(
+    _: *mut fid_domain,
+    _: c_int,
+    _: c_int,
+    _: *mut c_void,
+    _: u64,
+) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn enosys_query_collective(
+    _: *mut fid_domain,
+    _: c_int,
+    _: *mut c_void,
+    _: u64,
+) -> c_int {
+    -FI_ENOSYS
+}

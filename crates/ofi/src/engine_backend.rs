@@ -1,0 +1,579 @@
+//! The provider's backend over the hxcomm engine: one `Engine` per domain (one process identity,
+//! one set of listeners and rails), each fi endpoint a pair of engine endpoints (tagged and
+//! untagged messages are separate matching spaces), peers as the engine knows them (by address,
+//! connected on first use).
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use hx_engine::{Engine, EngineBuf, Filter, Rank, Request, Settings, TagMatch};
+
+use crate::backend::{
+    Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, SendBuf, NAME_LEN,
+};
+use crate::sys::{FI_EACCES, FI_EINVAL, FI_EIO, FI_ENODATA, FI_ENOENT, FI_ENOSPC, FI_ETRUNC};
+
+/// Largest message the engine carries (the protocol counts length in 16-byte units of a u32).
+pub const ENGINE_MAX_MSG: usize = u32::MAX as usize * 16;
+
+fn err(errno: i32, e: impl std::fmt::Display) -> BackendError {
+    BackendError::new(errno, e.to_string())
+}
+
+struct Op {
+    is_recv: bool,
+    /// Capacity of a receive buffer.
+    cap: usize,
+    /// A discard: completes silently.
+    discard: bool,
+}
+
+pub struct EngineBackend {
+    engine: Engine,
+    /// fi endpoint k uses engine endpoints 2k (tagged) and 2k+1 (untagged).
+    next_ep: u16,
+    peers: Vec<(Rank, u16)>,
+    peer_ids: HashMap<(Rank, u16), PeerId>,
+    ops: HashMap<OpId, Op>,
+    claims: HashMap<u64, Found>,
+    finished: Vec<Request>,
+    /// Name servers of `listen` (fabtests' node/service): one thread each, answering with a name.
+    _name_servers: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn engine_eps(k: u16, tagged: bool) -> u16 {
+    2 * k + u16::from(!tagged)
+}
+
+/// The job secret: `HX_JOB_SECRET` (64 hex digits), else the domain's auth_key, else Open MPI's
+/// per-job key (`OMPI_MCA_orte_precondition_transports`, set by mpirun for every job); with
+/// none, refused unless `HX_ALLOW_NO_SECRET=1`.
+fn job_secret(
+    get: &dyn Fn(&str) -> Option<String>,
+    auth_key: Option<&[u8]>,
+) -> Result<[u8; 32], BackendError> {
+    let derive = |what: &[u8]| hx_bootstrap::hmac_sha256(b"hxcomm-job-secret", &[what]);
+    if let Some(hex) = get("HX_JOB_SECRET").filter(|v| !v.is_empty()) {
+        return hx_bootstrap::secret_from_hex(hex.trim())
+            .map_err(|e| err(FI_EINVAL, format!("HX_JOB_SECRET: {e}")));
+    }
+    if let Some(k) = auth_key.filter(|k| !k.is_empty()) {
+        return Ok(derive(k));
+    }
+    if let Some(k) = get("OMPI_MCA_orte_precondition_transports").filter(|v| !v.is_empty()) {
+        return Ok(derive(k.as_bytes()));
+    }
+    if get("HX_ALLOW_NO_SECRET").as_deref() == Some("1") {
+        return Ok([0; 32]);
+    }
+    Err(err(
+        FI_EACCES,
+        "hxcomm: no job secret: set HX_JOB_SECRET (64 hex digits, the same for every process of \
+         the job), give the domain an auth_key, or run under Open MPI's mpirun (which sets \
+         OMPI_MCA_orte_precondition_transports); HX_ALLOW_NO_SECRET=1 runs without one, and then \
+         anyone who can reach the rails can join",
+    ))
+}
+
+/// The management network under a launcher that is not hxcomm's: the IPv4 addresses the
+/// launcher's own services are reached at (Open MPI's HNP/parent URIs, PMIx server URIs); the
+/// interface holding the first non-loopback one is left out of the rails.
+fn management_address(get: &dyn Fn(&str) -> Option<String>) -> Option<Ipv4Addr> {
+    let mut vars: Vec<String> = [
+        "OMPI_MCA_orte_parent_uri",
+        "OMPI_MCA_orte_hnp_uri",
+        "PMIX_SERVER_URI4",
+        "PMIX_SERVER_URI3",
+        "PMIX_SERVER_URI21",
+        "PMIX_SERVER_URI2",
+    ]
+    .iter()
+    .filter_map(|v| get(v))
+    .collect();
+    if let Some(b) = get("HX_BOOTSTRAP") {
+        vars.insert(0, b);
+    }
+    for v in vars {
+        for piece in v.split(|c: char| !(c.is_ascii_digit() || c == '.')) {
+            if let Ok(ip) = piece.parse::<Ipv4Addr>() {
+                if !ip.is_loopback() && !ip.is_unspecified() {
+                    return Some(ip);
+                }
+            }
+        }
+    }
+    None
+}
+
+impl EngineBackend {
+    pub fn new(cfg: &BackendConfig) -> Result<EngineBackend, BackendError> {
+        let from_cfg = |name: &str| {
+            cfg.settings
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var(name).ok())
+        };
+        let settings = Settings::from_lookup(&from_cfg).map_err(|e| err(FI_EINVAL, e))?;
+        let secret = job_secret(&from_cfg, cfg.auth_key.as_deref())?;
+        hx_engine::init_logging();
+        let mut engine = Engine::open(settings, secret, management_address(&from_cfg))
+            .map_err(|e| err(FI_EIO, format!("hxcomm: {e}")))?;
+        engine.track_finished();
+        Ok(EngineBackend {
+            engine,
+            next_ep: 1,
+            peers: Vec::new(),
+            peer_ids: HashMap::new(),
+            ops: HashMap::new(),
+            claims: HashMap::new(),
+            finished: Vec::new(),
+            _name_servers: Vec::new(),
+        })
+    }
+
+    fn peer(&self, p: PeerId) -> Result<(Rank, u16), BackendError> {
+        self.peers
+            .get(p as usize)
+            .copied()
+            .ok_or_else(|| err(FI_EINVAL, format!("unknown peer {p}")))
+    }
+
+    /// The peer id of (engine peer, fi endpoint), made if new (senders not in any AV get one
+    /// too; the AV then has no fi_addr for it).
+    fn peer_id(&mut self, rank: Rank, k: u16) -> PeerId {
+        *self.peer_ids.entry((rank, k)).or_insert_with(|| {
+            self.peers.push((rank, k));
+            (self.peers.len() - 1) as PeerId
+        })
+    }
+
+    fn filter(
+        &self,
+        ep: u16,
+        tagged: bool,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+    ) -> Result<Filter, BackendError> {
+        let (src, src_ep) = match src {
+            Some(p) => {
+                let (rank, k) = self.peer(p)?;
+                (Some(rank), Some(engine_eps(k, tagged)))
+            }
+            None => (None, None),
+        };
+        let _ = ep;
+        Ok(Filter {
+            src,
+            src_ep,
+            tag: if tagged {
+                TagMatch { tag, ignore }
+            } else {
+                TagMatch::ANY
+            },
+        })
+    }
+
+    fn found(&mut self, st: &hx_engine::Status) -> Found {
+        Found {
+            src: self.peer_id(st.source, st.src_ep / 2),
+            tag: st.tag,
+            len: st.len,
+            data: st.data,
+        }
+    }
+}
+
+impl Backend for EngineBackend {
+    fn open_ep(&mut self) -> Result<u16, BackendError> {
+        let k = self.next_ep;
+        if k >= 0x7ffe {
+            return Err(err(FI_ENOSPC, "too many endpoints"));
+        }
+        self.engine
+            .open_endpoint(engine_eps(k, true))
+            .and_then(|_| self.engine.open_endpoint(engine_eps(k, false)))
+            .map_err(|e| err(FI_EINVAL, e))?;
+        self.next_ep += 1;
+        Ok(k)
+    }
+
+    fn close_ep(&mut self, ep: u16) -> Result<(), BackendError> {
+        self.engine
+            .close_endpoint(engine_eps(ep, true))
+            .and_then(|_| self.engine.close_endpoint(engine_eps(ep, false)))
+            .map_err(|e| err(FI_EINVAL, e))
+    }
+
+    fn name(&self, ep: u16) -> [u8; NAME_LEN] {
+        self.engine.address(ep)
+    }
+
+    fn describe(&self, name: &[u8]) -> Result<String, BackendError> {
+        Engine::describe_address(name).map_err(|e| err(FI_EINVAL, e))
+    }
+
+    fn insert(&mut self, name: &[u8]) -> Result<PeerId, BackendError> {
+        let (rank, k) = self.engine.insert(name).map_err(|e| err(FI_EINVAL, e))?;
+        Ok(self.peer_id(rank, k))
+    }
+
+    fn remove(&mut self, peer: PeerId) -> Result<(), BackendError> {
+        // The engine keeps what it knows of the process (ids stay stable for a re-insert).
+        self.peer(peer).map(|_| ())
+    }
+
+    unsafe fn send(
+        &mut self,
+        ep: u16,
+        tagged: bool,
+        peer: PeerId,
+        tag: u64,
+        data: Option<u64>,
+        buf: SendBuf,
+    ) -> Result<OpId, BackendError> {
+        let (rank, k) = self.peer(peer)?;
+        let buf = match buf {
+            SendBuf::Borrowed { ptr, len } => EngineBuf::Raw {
+                ptr: ptr as *mut u8,
+                len,
+            },
+            SendBuf::Owned(v) => EngineBuf::Owned(v),
+        };
+        let tag = if tagged { tag } else { 0 };
+        let req = self
+            .engine
+            .isend_with(
+                engine_eps(ep, tagged),
+                rank,
+                engine_eps(k, tagged),
+                tag,
+                data,
+                buf,
+            )
+            .map_err(|e| err(FI_EINVAL, e))?;
+        self.ops.insert(
+            req.to_u64(),
+            Op {
+                is_recv: false,
+                cap: 0,
+                discard: false,
+            },
+        );
+        Ok(req.to_u64())
+    }
+
+    unsafe fn recv(
+        &mut self,
+        ep: u16,
+        tagged: bool,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<OpId, BackendError> {
+        let filter = self.filter(ep, tagged, src, tag, ignore)?;
+        let req = self
+            .engine
+            .irecv_filtered(engine_eps(ep, tagged), filter, EngineBuf::Raw { ptr, len })
+            .map_err(|e| err(FI_EINVAL, e))?;
+        self.ops.insert(
+            req.to_u64(),
+            Op {
+                is_recv: true,
+                cap: len,
+                discard: false,
+            },
+        );
+        Ok(req.to_u64())
+    }
+
+    fn peek(
+        &mut self,
+        ep: u16,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        claim: bool,
+    ) -> Result<Option<(Found, Option<u64>)>, BackendError> {
+        let filter = self.filter(ep, true, src, tag, ignore)?;
+        let e = engine_eps(ep, true);
+        if claim {
+            let Some((c, st)) = self.engine.claim(e, filter).map_err(|e| err(FI_EIO, e))? else {
+                return Ok(None);
+            };
+            let f = self.found(&st);
+            self.claims.insert(c, f.clone());
+            Ok(Some((f, Some(c))))
+        } else {
+            let st = self
+                .engine
+                .probe_filtered(e, filter)
+                .map_err(|e| err(FI_EIO, e))?;
+            Ok(st.map(|st| (self.found(&st), None)))
+        }
+    }
+
+    fn discard(
+        &mut self,
+        ep: u16,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+    ) -> Result<Option<Found>, BackendError> {
+        match self.peek(ep, src, tag, ignore, true)? {
+            Some((_, Some(c))) => self.discard_claimed(c).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    unsafe fn recv_claimed(
+        &mut self,
+        claim: u64,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<OpId, BackendError> {
+        if self.claims.remove(&claim).is_none() {
+            return Err(err(FI_ENOENT, format!("no claimed message {claim:#x}")));
+        }
+        let req = self
+            .engine
+            .irecv_claimed(claim, EngineBuf::Raw { ptr, len })
+            .map_err(|e| err(FI_EINVAL, e))?;
+        self.ops.insert(
+            req.to_u64(),
+            Op {
+                is_recv: true,
+                cap: len,
+                discard: false,
+            },
+        );
+        Ok(req.to_u64())
+    }
+
+    fn discard_claimed(&mut self, claim: u64) -> Result<Found, BackendError> {
+        let f = self
+            .claims
+            .remove(&claim)
+            .ok_or_else(|| err(FI_ENOENT, format!("no claimed message {claim:#x}")))?;
+        let req = self
+            .engine
+            .discard_claimed(claim)
+            .map_err(|e| err(FI_EINVAL, e))?;
+        self.ops.insert(
+            req.to_u64(),
+            Op {
+                is_recv: true,
+                cap: 0,
+                discard: true,
+            },
+        );
+        Ok(f)
+    }
+
+    fn cancel(&mut self, op: OpId) -> bool {
+        if !self.ops.get(&op).is_some_and(|o| o.is_recv) {
+            return false;
+        }
+        let done = self.engine.cancel_recv(Request::from_u64(op));
+        if done {
+            self.ops.remove(&op);
+        }
+        done
+    }
+
+    fn progress(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
+        self.engine.progress().map_err(|e| err(FI_EIO, e))?;
+        self.engine.take_finished(&mut self.finished);
+        for req in std::mem::take(&mut self.finished) {
+            let op = req.to_u64();
+            if !self.ops.contains_key(&op) {
+                continue;
+            }
+            let Some((res, _buf)) = self.engine.take_request(req) else {
+                continue;
+            };
+            let o = self.ops.remove(&op).expect("checked");
+            if o.discard {
+                continue;
+            }
+            let d = match res {
+                Ok(st) if o.is_recv => {
+                    let src = Some(self.peer_id(st.source, st.src_ep / 2));
+                    Done {
+                        op,
+                        is_recv: true,
+                        len: st.len.min(o.cap),
+                        msg_len: st.len,
+                        tag: st.tag,
+                        data: st.data,
+                        src,
+                        error: st.truncated.then(|| {
+                            (
+                                FI_ETRUNC,
+                                format!(
+                                    "message of {} bytes truncated to the {}-byte buffer",
+                                    st.len, o.cap
+                                ),
+                            )
+                        }),
+                    }
+                }
+                Ok(st) => Done {
+                    op,
+                    is_recv: false,
+                    len: st.len,
+                    msg_len: st.len,
+                    tag: 0,
+                    data: None,
+                    src: None,
+                    error: None,
+                },
+                Err(e) => Done {
+                    op,
+                    is_recv: o.is_recv,
+                    len: 0,
+                    msg_len: 0,
+                    tag: 0,
+                    data: None,
+                    src: None,
+                    error: Some((FI_EIO, format!("hxcomm: {e}"))),
+                },
+            };
+            out.push(d);
+        }
+        Ok(())
+    }
+
+    fn wait_fd(&self) -> i32 {
+        self.engine.fd()
+    }
+
+    fn max_msg_size(&self) -> usize {
+        ENGINE_MAX_MSG
+    }
+
+    fn resolve(&mut self, node: &str, service: &str) -> Result<[u8; NAME_LEN], BackendError> {
+        resolve(node, service)
+    }
+
+    fn listen(
+        &mut self,
+        ep: u16,
+        node: Option<&str>,
+        service: Option<&str>,
+    ) -> Result<(), BackendError> {
+        // No service: nothing to be found at (fi_getinfo without node and service).
+        let Some(service) = service.filter(|s| !s.is_empty()) else {
+            return Ok(());
+        };
+        let host = node.filter(|n| !n.is_empty()).unwrap_or("0.0.0.0");
+        let port = service.parse::<u16>().map_err(|_| {
+            err(
+                FI_EINVAL,
+                format!("service {service:?} is not a port number"),
+            )
+        })?;
+        let l = TcpListener::bind((host, port))
+            .map_err(|e| err(FI_EINVAL, format!("name service at {host}:{service}: {e}")))?;
+        let name = self.name(ep);
+        let t = std::thread::Builder::new()
+            .name("hxcomm-names".into())
+            .spawn(move || {
+                // Tells whoever asks (fi_getinfo of a client with our node and service) the
+                // name of this endpoint; an address is not a secret, joining needs the job's.
+                for mut s in l.incoming().flatten() {
+                    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = s.write_all(&name);
+                }
+            })
+            .map_err(|e| err(FI_EIO, e))?;
+        self._name_servers.push(t);
+        Ok(())
+    }
+}
+
+/// Client side of node/service: asks the name service a listening endpoint runs there.
+pub fn resolve(node: &str, service: &str) -> Result<[u8; NAME_LEN], BackendError> {
+    let port: u16 = service.parse().map_err(|_| {
+        err(
+            FI_ENODATA,
+            format!("service {service:?} is not a port number"),
+        )
+    })?;
+    let addrs: Vec<SocketAddr> = (node, port)
+        .to_socket_addrs()
+        .map_err(|e| err(FI_ENODATA, format!("{node}: {e}")))?
+        .collect();
+    let mut last = None;
+    // The server may still be starting: a few tries over 5 s.
+    for _ in 0..50 {
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, Duration::from_secs(1)) {
+                Ok(mut s) => {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                    let mut name = [0u8; NAME_LEN];
+                    s.read_exact(&mut name)
+                        .map_err(|e| err(FI_ENODATA, format!("name from {a}: {e}")))?;
+                    Engine::describe_address(&name)
+                        .map_err(|e| err(FI_ENODATA, format!("name from {a}: {e}")))?;
+                    return Ok(name);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(err(
+        FI_ENODATA,
+        format!(
+            "no hxcomm endpoint answers at {node}:{service}: {}",
+            last.map(|e| e.to_string()).unwrap_or_default()
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_sources_in_order() {
+        let none = |_: &str| None;
+        assert!(job_secret(&none, None)
+            .unwrap_err()
+            .msg
+            .contains("HX_JOB_SECRET"));
+        let allow = |k: &str| (k == "HX_ALLOW_NO_SECRET").then(|| "1".to_string());
+        assert_eq!(job_secret(&allow, None).unwrap(), [0; 32]);
+        let ompi =
+            |k: &str| (k == "OMPI_MCA_orte_precondition_transports").then(|| "abc-def".to_string());
+        let a = job_secret(&ompi, None).unwrap();
+        let b = job_secret(&ompi, Some(b"key")).unwrap();
+        assert_ne!(a, b, "auth_key comes before Open MPI's key");
+        let hex = |k: &str| (k == "HX_JOB_SECRET").then(|| "11".repeat(32));
+        assert_eq!(job_secret(&hex, Some(b"key")).unwrap(), [0x11; 32]);
+        let bad = |k: &str| (k == "HX_JOB_SECRET").then(|| "xyz".to_string());
+        assert!(job_secret(&bad, None)
+            .unwrap_err()
+            .msg
+            .contains("HX_JOB_SECRET"));
+    }
+
+    #[test]
+    fn management_address_from_launcher_uris() {
+        let get = |k: &str| {
+            (k == "OMPI_MCA_orte_parent_uri")
+                .then(|| "1234.0;tcp://127.0.0.1,10.200.0.254:4567".to_string())
+        };
+        assert_eq!(
+            management_address(&get),
+            Some(Ipv4Addr::new(10, 200, 0, 254))
+        );
+        assert_eq!(management_address(&|_: &str| None), None);
+    }
+}

@@ -1,0 +1,1108 @@
+//! RDM endpoints: message and tagged operations mapped onto backend sends and receives.
+
+use crate::av::{AvObj, AvShared};
+use crate::backend::{Found, OpId, PeerId, SendBuf, NAME_LEN};
+use crate::cq::{CqObj, CqShared, Entry};
+use crate::domain::{self, DomainObj, DomainShared, Pending, Report};
+use crate::fabric::{enosys_ops_open, ptr};
+use crate::hints::{self, INJECT_SIZE};
+use crate::sys::*;
+use crate::util::*;
+use libc::{c_int, c_void, iovec};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Bindings, fixed by fi_enable.
+struct Bound {
+    tx_cq: Option<Arc<CqShared>>,
+    tx_sel: bool,
+    rx_cq: Option<Arc<CqShared>>,
+    rx_sel: bool,
+    av: Arc<AvShared>,
+}
+
+#[derive(Default)]
+struct Setup {
+    tx_cq: Option<(*mut CqObj, bool)>,
+    rx_cq: Option<(*mut CqObj, bool)>,
+    av: Option<*mut AvObj>,
+}
+
+#[repr(C)]
+pub struct EpObj {
+    pub fid: fid_ep,
+    domain: *mut DomainObj,
+    d: Arc<DomainShared>,
+    id: u16,
+    caps: u64,
+    tx_op_flags: u64,
+    rx_op_flags: u64,
+    inject_size: usize,
+    setup: Mutex<Setup>,
+    bound: OnceLock<Bound>,
+    /// FI_PEEK|FI_CLAIM: the claim belongs to the operation's context.
+    claims: Mutex<HashMap<usize, u64>>,
+}
+
+// SAFETY: the raw pointers in Setup are only dereferenced under its mutex, to objects that stay
+// alive while bound (their close returns -FI_EBUSY).
+unsafe impl Send for Setup {}
+
+static EP_FI_OPS: fi_ops = fi_ops {
+    size: std::mem::size_of::<fi_ops>(),
+    close: Some(ep_close),
+    bind: Some(ep_bind),
+    control: Some(ep_control),
+    ops_open: Some(enosys_ops_open),
+    tostr: None,
+    ops_set: None,
+};
+
+static EP_OPS: fi_ops_ep = fi_ops_ep {
+    size: std::mem::size_of::<fi_ops_ep>(),
+    cancel: Some(ep_cancel),
+    getopt: Some(ep_getopt),
+    setopt: Some(ep_setopt),
+    tx_ctx: Some(enosys_ctx_tx),
+    rx_ctx: Some(enosys_ctx_rx),
+    rx_size_left: Some(enosys_size_left),
+    tx_size_left: Some(enosys_size_left),
+};
+
+static CM_OPS: fi_ops_cm = fi_ops_cm {
+    size: std::mem::size_of::<fi_ops_cm>(),
+    setname: Some(cm_setname),
+    getname: Some(cm_getname),
+    getpeer: Some(cm_getpeer),
+    connect: Some(cm_connect),
+    listen: Some(cm_listen),
+    accept: Some(cm_accept),
+    reject: Some(cm_reject),
+    shutdown: Some(cm_shutdown),
+    join: Some(cm_join),
+};
+
+static MSG_OPS: fi_ops_msg = fi_ops_msg {
+    size: std::mem::size_of::<fi_ops_msg>(),
+    recv: Some(msg_recv),
+    recvv: Some(msg_recvv),
+    recvmsg: Some(msg_recvmsg),
+    send: Some(msg_send),
+    sendv: Some(msg_sendv),
+    sendmsg: Some(msg_sendmsg),
+    inject: Some(msg_inject),
+    senddata: Some(msg_senddata),
+    injectdata: Some(msg_injectdata),
+};
+
+static TAGGED_OPS: fi_ops_tagged = fi_ops_tagged {
+    size: std::mem::size_of::<fi_ops_tagged>(),
+    recv: Some(t_recv),
+    recvv: Some(t_recvv),
+    recvmsg: Some(t_recvmsg),
+    send: Some(t_send),
+    sendv: Some(t_sendv),
+    sendmsg: Some(t_sendmsg),
+    inject: Some(t_inject),
+    senddata: Some(t_senddata),
+    injectdata: Some(t_injectdata),
+};
+
+pub unsafe extern "C" fn hx_endpoint(
+    d: *mut fid_domain,
+    info: *mut fi_info,
+    ep: *mut *mut fid_ep,
+    context: *mut c_void,
+) -> c_int {
+    if d.is_null() || info.is_null() || ep.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        let i = &*info;
+        if let Some(e) = i.ep_attr.as_ref() {
+            if e.type_ != FI_EP_RDM && e.type_ != FI_EP_UNSPEC {
+                return Err(FI_EINVAL);
+            }
+        }
+        let dom = domain::from_fid(d);
+        let caps = if i.caps == 0 { hints::CAPS } else { i.caps };
+        let tx = i.tx_attr.as_ref();
+        let inject_size = tx.map_or(INJECT_SIZE, |t| {
+            if t.inject_size == 0 {
+                INJECT_SIZE
+            } else {
+                t.inject_size.min(INJECT_SIZE)
+            }
+        });
+        let listen = (!i.src_addr.is_null() && i.src_addrlen == NAME_LEN)
+            .then(|| {
+                hints::decode_listen(std::slice::from_raw_parts(
+                    i.src_addr as *const u8,
+                    NAME_LEN,
+                ))
+            })
+            .flatten();
+        let id = {
+            let mut st = lock(&dom.d.state);
+            let id = st.backend.open_ep().map_err(|e| {
+                warn(FI_LOG_EP_CTRL, &format!("fi_endpoint: {}", e.msg));
+                e.errno
+            })?;
+            if let Some((node, service)) = &listen {
+                if let Err(e) = st.backend.listen(id, node.as_deref(), service.as_deref()) {
+                    warn(FI_LOG_EP_CTRL, &format!("fi_endpoint: listen: {}", e.msg));
+                    let _ = st.backend.close_ep(id);
+                    return Err(e.errno);
+                }
+            }
+            id
+        };
+        let obj = Box::new(EpObj {
+            fid: fid_ep {
+                fid: fid {
+                    fclass: FI_CLASS_EP,
+                    context,
+                    ops: ptr(&EP_FI_OPS),
+                },
+                ops: ptr(&EP_OPS),
+                cm: ptr(&CM_OPS),
+                msg: ptr(&MSG_OPS),
+                rma: std::ptr::null_mut(),
+                tagged: ptr(&TAGGED_OPS),
+                atomic: std::ptr::null_mut(),
+                collective: std::ptr::null_mut(),
+            },
+            domain: d as *mut DomainObj,
+            d: dom.d.clone(),
+            id,
+            caps,
+            tx_op_flags: tx.map_or(0, |t| t.op_flags),
+            rx_op_flags: i.rx_attr.as_ref().map_or(0, |r| r.op_flags),
+            inject_size,
+            setup: Mutex::default(),
+            bound: OnceLock::new(),
+            claims: Mutex::default(),
+        });
+        dom.children.fetch_add(1, Ordering::AcqRel);
+        *ep = &mut Box::leak(obj).fid;
+        Ok(0)
+    })
+}
+
+unsafe fn ep_of<'a>(f: *const fid_ep) -> &'a EpObj {
+    &*(f as *const EpObj)
+}
+
+unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
+    if f.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        let o = Box::from_raw(f as *mut EpObj);
+        {
+            let mut st = lock(&o.d.state);
+            let _ = st.backend.close_ep(o.id);
+            // Receives still posted on this endpoint can no longer complete.
+            st.pending.retain(|_, p| p.ep != o.id);
+        }
+        let s = lock(&o.setup);
+        for (cq, _) in [s.tx_cq, s.rx_cq].into_iter().flatten() {
+            (&*cq).c.bound.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(av) = s.av {
+            (&*av).a.bound.fetch_sub(1, Ordering::AcqRel);
+        }
+        drop(s);
+        (&*o.domain).children.fetch_sub(1, Ordering::AcqRel);
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn ep_bind(f: *mut fid, b: *mut fid, flags: u64) -> c_int {
+    if f.is_null() || b.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        let ep = ep_of(f as *const fid_ep);
+        if ep.bound.get().is_some() {
+            return Err(FI_EOPBADSTATE);
+        }
+        let mut guard = lock(&ep.setup);
+        let s = &mut *guard;
+        match (*b).fclass {
+            FI_CLASS_CQ => {
+                let cq = b as *mut CqObj;
+                if (*cq).domain != ep.domain {
+                    return Err(FI_EINVAL);
+                }
+                if flags & !(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION) != 0 {
+                    return Err(FI_EBADFLAGS);
+                }
+                let sel = flags & FI_SELECTIVE_COMPLETION != 0;
+                for (want, slot) in [(FI_TRANSMIT, &mut s.tx_cq), (FI_RECV, &mut s.rx_cq)] {
+                    if flags & want != 0 {
+                        if let Some((old, _)) = slot.replace((cq, sel)) {
+                            (&*old).c.bound.fetch_sub(1, Ordering::AcqRel);
+                        }
+                        (&*cq).c.bound.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+                Ok(0)
+            }
+            FI_CLASS_AV => {
+                let av = b as *mut AvObj;
+                if (*av).domain != ep.domain {
+                    return Err(FI_EINVAL);
+                }
+                if s.av.is_some() {
+                    return Err(FI_EINVAL);
+                }
+                s.av = Some(av);
+                (&*av).a.bound.fetch_add(1, Ordering::AcqRel);
+                Ok(0)
+            }
+            // RDM endpoints report no connection events: an event queue is accepted and stays
+            // quiet.
+            FI_CLASS_EQ => Ok(0),
+            _ => Err(FI_ENOSYS),
+        }
+    })
+}
+
+unsafe extern "C" fn ep_control(f: *mut fid, cmd: c_int, _arg: *mut c_void) -> c_int {
+    if f.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        let ep = ep_of(f as *const fid_ep);
+        if cmd != FI_ENABLE {
+            return Err(FI_ENOSYS);
+        }
+        if ep.bound.get().is_some() {
+            return Ok(0);
+        }
+        let s = lock(&ep.setup);
+        let av = s.av.ok_or(FI_ENOAV)?;
+        if ep.caps & FI_SEND != 0 && s.tx_cq.is_none()
+            || ep.caps & FI_RECV != 0 && s.rx_cq.is_none()
+        {
+            return Err(FI_ENOCQ);
+        }
+        let b = Bound {
+            tx_cq: s.tx_cq.map(|(c, _)| (*c).c.clone()),
+            tx_sel: s.tx_cq.is_some_and(|(_, sel)| sel),
+            rx_cq: s.rx_cq.map(|(c, _)| (*c).c.clone()),
+            rx_sel: s.rx_cq.is_some_and(|(_, sel)| sel),
+            av: (*av).a.clone(),
+        };
+        let _ = ep.bound.set(b);
+        Ok(0)
+    })
+}
+
+// ---- operations ----
+
+/// One contiguous buffer of an operation (zero or one iov).
+unsafe fn one_iov(iov: *const iovec, count: usize) -> Result<(*mut u8, usize), i32> {
+    match count {
+        0 => Ok((std::ptr::null_mut(), 0)),
+        1 if !iov.is_null() => Ok(((*iov).iov_base as *mut u8, (*iov).iov_len)),
+        1 => Err(FI_EINVAL),
+        _ => Err(FI_EINVAL),
+    }
+}
+
+struct SendArgs {
+    tagged: bool,
+    buf: *const u8,
+    len: usize,
+    dest: fi_addr_t,
+    tag: u64,
+    data: Option<u64>,
+    context: usize,
+    /// Explicit operation flags (None: the endpoint's tx op_flags).
+    flags: Option<u64>,
+    /// fi_inject*: copied, never a completion.
+    inject: bool,
+}
+
+impl EpObj {
+    fn bound(&self) -> Result<&Bound, i32> {
+        self.bound.get().ok_or(FI_EOPBADSTATE)
+    }
+
+    fn peer(&self, b: &Bound, a: fi_addr_t, what: &str) -> Result<PeerId, i32> {
+        b.av.peer(a).ok_or_else(|| {
+            warn(
+                FI_LOG_EP_DATA,
+                &format!("{what}: fi_addr {a:#x} is not in the endpoint's address vector"),
+            );
+            FI_EINVAL
+        })
+    }
+
+    unsafe fn send(&self, a: SendArgs) -> Result<isize, i32> {
+        let b = self.bound()?;
+        if a.len > self.d.max_msg {
+            return Err(FI_EMSGSIZE);
+        }
+        let flags = a.flags.unwrap_or(self.tx_op_flags);
+        let copy = a.inject || flags & FI_INJECT != 0;
+        if copy && a.len > self.inject_size {
+            return Err(FI_EMSGSIZE);
+        }
+        if a.len > 0 && a.buf.is_null() {
+            return Err(FI_EINVAL);
+        }
+        let peer = self.peer(b, a.dest, "send")?;
+        let buf = if copy {
+            let v = if a.len == 0 {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(a.buf, a.len).to_vec()
+            };
+            SendBuf::Owned(v)
+        } else {
+            SendBuf::Borrowed {
+                ptr: a.buf,
+                len: a.len,
+            }
+        };
+        let report = if a.inject {
+            Report::Never
+        } else if !b.tx_sel || flags & FI_COMPLETION != 0 {
+            Report::Always
+        } else {
+            Report::ErrorsOnly
+        };
+        let mut st = lock(&self.d.state);
+        let op = st
+            .backend
+            .send(self.id, a.tagged, peer, a.tag, a.data, buf)
+            .map_err(|e| {
+                warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
+                e.errno
+            })?;
+        st.pending.insert(
+            op,
+            Pending {
+                cq: b.tx_cq.as_ref().map(Arc::downgrade),
+                av: None,
+                context: a.context,
+                flags: FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG },
+                report,
+                ep: self.id,
+            },
+        );
+        Ok(0)
+    }
+
+    fn rx_report(&self, b: &Bound, flags: u64) -> Report {
+        if !b.rx_sel || flags & FI_COMPLETION != 0 {
+            Report::Always
+        } else {
+            Report::ErrorsOnly
+        }
+    }
+
+    fn rx_pending(&self, b: &Bound, context: usize, tagged: bool, report: Report) -> Pending {
+        Pending {
+            cq: b.rx_cq.as_ref().map(Arc::downgrade),
+            av: Some(b.av.clone()),
+            context,
+            flags: FI_RECV | if tagged { FI_TAGGED } else { FI_MSG },
+            report,
+            ep: self.id,
+        }
+    }
+
+    /// Source filter of a receive: only with FI_DIRECTED_RECV (without it src_addr is ignored).
+    fn src_filter(&self, b: &Bound, src: fi_addr_t) -> Result<Option<PeerId>, i32> {
+        if self.caps & FI_DIRECTED_RECV == 0 || src == FI_ADDR_UNSPEC {
+            return Ok(None);
+        }
+        self.peer(b, src, "recv").map(Some)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn recv(
+        &self,
+        tagged: bool,
+        ptr: *mut u8,
+        len: usize,
+        src: fi_addr_t,
+        tag: u64,
+        ignore: u64,
+        context: usize,
+        flags: Option<u64>,
+    ) -> Result<isize, i32> {
+        let b = self.bound()?;
+        if len > 0 && ptr.is_null() {
+            return Err(FI_EINVAL);
+        }
+        let flags = flags.unwrap_or(self.rx_op_flags);
+        // Multi-receive buffers are not offered (never in rx caps).
+        if flags & FI_MULTI_RECV != 0 {
+            return Err(FI_EBADFLAGS);
+        }
+        let src = self.src_filter(b, src)?;
+        let (tag, ignore) = if tagged { (tag, ignore) } else { (0, 0) };
+        let report = self.rx_report(b, flags);
+        let mut st = lock(&self.d.state);
+        let op = st
+            .backend
+            .recv(self.id, tagged, src, tag, ignore, ptr, len)
+            .map_err(|e| e.errno)?;
+        st.pending
+            .insert(op, self.rx_pending(b, context, tagged, report));
+        Ok(0)
+    }
+
+    fn push_rx(&self, b: &Bound, e: Entry) {
+        if let Some(cq) = &b.rx_cq {
+            cq.push(e);
+        }
+    }
+
+    fn found_entry(&self, b: &Bound, context: usize, f: &Found, len: usize) -> Entry {
+        Entry {
+            context,
+            flags: FI_RECV
+                | FI_TAGGED
+                | if f.data.is_some() {
+                    FI_REMOTE_CQ_DATA
+                } else {
+                    0
+                },
+            len,
+            data: f.data.unwrap_or(0),
+            tag: f.tag,
+            src: Some((b.av.clone(), f.src)),
+            err: None,
+        }
+    }
+
+    /// fi_trecvmsg with FI_PEEK / FI_CLAIM / FI_DISCARD (fi_tagged(3)):
+    /// - PEEK: completes at once, found (len, tag, data of the message; the buffer is untouched)
+    ///   or an FI_ENOMSG error entry. Always completes, whatever FI_COMPLETION says.
+    /// - PEEK|CLAIM: as PEEK, and a found message is reserved for the context.
+    /// - PEEK|DISCARD: a found message is dropped (completion with len 0).
+    /// - CLAIM: receives the message claimed by this context; CLAIM|DISCARD drops it.
+    unsafe fn trecv_special(&self, m: &fi_msg_tagged, flags: u64) -> Result<isize, i32> {
+        let b = self.bound()?;
+        let context = m.context as usize;
+        if flags & FI_PEEK != 0 {
+            let src = self.src_filter(b, m.addr)?;
+            let claim = flags & FI_CLAIM != 0;
+            let discard = flags & FI_DISCARD != 0;
+            if claim && context == 0 {
+                return Err(FI_EINVAL);
+            }
+            let mut st = lock(&self.d.state);
+            let found = if discard && !claim {
+                st.backend
+                    .discard(self.id, src, m.tag, m.ignore)
+                    .map_err(|e| e.errno)?
+                    .map(|f| (f, None))
+            } else {
+                st.backend
+                    .peek(self.id, src, m.tag, m.ignore, claim)
+                    .map_err(|e| e.errno)?
+            };
+            drop(st);
+            let e = match found {
+                Some((f, id)) => {
+                    if let Some(id) = id {
+                        lock(&self.claims).insert(context, id);
+                    }
+                    let len = if discard && !claim { 0 } else { f.len };
+                    self.found_entry(b, context, &f, len)
+                }
+                None => Entry {
+                    context,
+                    flags: FI_RECV | FI_TAGGED,
+                    len: 0,
+                    data: 0,
+                    tag: m.tag,
+                    src: None,
+                    err: Some((FI_ENOMSG, 0, "no matching message".into())),
+                },
+            };
+            self.push_rx(b, e);
+            return Ok(0);
+        }
+        // FI_CLAIM without FI_PEEK: the paired receive of an earlier PEEK|CLAIM.
+        let id = lock(&self.claims).remove(&context).ok_or_else(|| {
+            warn(
+                FI_LOG_EP_DATA,
+                "FI_CLAIM receive without a claimed message for this context",
+            );
+            FI_EINVAL
+        })?;
+        let report = self.rx_report(b, flags);
+        let mut st = lock(&self.d.state);
+        if flags & FI_DISCARD != 0 {
+            let f = st.backend.discard_claimed(id).map_err(|e| e.errno)?;
+            drop(st);
+            if report == Report::Always {
+                let e = self.found_entry(b, context, &f, 0);
+                self.push_rx(b, e);
+            }
+            return Ok(0);
+        }
+        let (ptr, len) = one_iov(m.msg_iov, m.iov_count)?;
+        let op: OpId = st.backend.recv_claimed(id, ptr, len).map_err(|e| e.errno)?;
+        st.pending
+            .insert(op, self.rx_pending(b, context, true, report));
+        Ok(0)
+    }
+
+    fn cancel(&self, context: usize) -> Result<isize, i32> {
+        let b = self.bound()?;
+        let mut st = lock(&self.d.state);
+        let op = st
+            .pending
+            .iter()
+            .find(|(_, p)| p.ep == self.id && p.context == context && p.flags & FI_RECV != 0)
+            .map(|(op, _)| *op)
+            .ok_or(FI_ENOENT)?;
+        if !st.backend.cancel(op) {
+            return Err(FI_ENOENT);
+        }
+        let p = st.pending.remove(&op).unwrap();
+        drop(st);
+        let e = Entry {
+            context,
+            flags: p.flags,
+            len: 0,
+            data: 0,
+            tag: 0,
+            src: None,
+            err: Some((FI_ECANCELED, 0, "receive cancelled".into())),
+        };
+        self.push_rx(b, e);
+        Ok(0)
+    }
+}
+
+unsafe extern "C" fn ep_cancel(f: fid_t, context: *mut c_void) -> isize {
+    if f.is_null() {
+        return -(FI_EINVAL as isize);
+    }
+    ret_size(|| ep_of(f as *const fid_ep).cancel(context as usize))
+}
+
+unsafe extern "C" fn ep_getopt(
+    f: fid_t,
+    _level: c_int,
+    _name: c_int,
+    _val: *mut c_void,
+    _len: *mut usize,
+) -> c_int {
+    if f.is_null() {
+        return -FI_EINVAL;
+    }
+    -FI_ENOPROTOOPT
+}
+
+unsafe extern "C" fn ep_setopt(
+    f: fid_t,
+    _level: c_int,
+    _name: c_int,
+    _val: *const c_void,
+    _len: usize,
+) -> c_int {
+    if f.is_null() {
+        return -FI_EINVAL;
+    }
+    -FI_ENOPROTOOPT
+}
+
+unsafe extern "C" fn enosys_ctx_tx(
+    _: *mut fid_ep,
+    _: c_int,
+    _: *mut fi_tx_attr,
+    _: *mut *mut fid_ep,
+    _: *mut c_void,
+) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn enosys_ctx_rx(
+    _: *mut fid_ep,
+    _: c_int,
+    _: *mut fi_rx_attr,
+    _: *mut *mut fid_ep,
+    _: *mut c_void,
+) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn enosys_size_left(_: *mut fid_ep) -> isize {
+    -(FI_ENOSYS as isize)
+}
+
+// ---- connection management: names only ----
+
+unsafe extern "C" fn cm_getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    if f.is_null() || addrlen.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        let ep = ep_of(f as *const fid_ep);
+        if *addrlen < NAME_LEN || addr.is_null() {
+            *addrlen = NAME_LEN;
+            return Err(FI_ETOOSMALL);
+        }
+        let name = lock(&ep.d.state).backend.name(ep.id);
+        std::ptr::copy_nonoverlapping(name.as_ptr(), addr as *mut u8, NAME_LEN);
+        *addrlen = NAME_LEN;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn cm_setname(_: fid_t, _: *mut c_void, _: usize) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn cm_getpeer(_: *mut fid_ep, _: *mut c_void, _: *mut usize) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn cm_connect(
+    _: *mut fid_ep,
+    _: *const c_void,
+    _: *const c_void,
+    _: usize,
+) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn cm_listen(_: *mut c_void) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn cm_accept(_: *mut fid_ep, _: *const c_void, _: usize) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn cm_reject(_: *mut c_void, _: fid_t, _: *const c_void, _: usize) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn cm_shutdown(_: *mut fid_ep, _: u64) -> c_int {
+    -FI_ENOSYS
+}
+unsafe extern "C" fn cm_join(
+    _: *mut fid_ep,
+    _: *const c_void,
+    _: u64,
+    _: *mut *mut c_void,
+    _: *mut c_void,
+) -> c_int {
+    -FI_ENOSYS
+}
+
+// ---- fi_ops_msg / fi_ops_tagged: pointer checks, then one call ----
+
+macro_rules! ep_call {
+    ($ep:expr, $body:expr) => {{
+        if $ep.is_null() {
+            return -(FI_EINVAL as isize);
+        }
+        ret_size(|| $body)
+    }};
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send_args(
+    tagged: bool,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    tag: u64,
+    data: Option<u64>,
+    context: *mut c_void,
+    flags: Option<u64>,
+    inject: bool,
+) -> SendArgs {
+    SendArgs {
+        tagged,
+        buf: buf as *const u8,
+        len,
+        dest,
+        tag,
+        data,
+        context: context as usize,
+        flags,
+        inject,
+    }
+}
+
+unsafe extern "C" fn msg_recv(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).recv(false, buf as *mut u8, len, src, 0, 0, ctx as usize, None)
+    )
+}
+
+unsafe extern "C" fn msg_recvv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let (p, l) = one_iov(iov, count)?;
+        ep_of(ep).recv(false, p, l, src, 0, 0, ctx as usize, None)
+    })
+}
+
+unsafe extern "C" fn msg_recvmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> isize {
+    if msg.is_null() {
+        return -(FI_EINVAL as isize);
+    }
+    ep_call!(ep, {
+        let m = &*msg;
+        let (p, l) = one_iov(m.msg_iov, m.iov_count)?;
+        ep_of(ep).recv(false, p, l, m.addr, 0, 0, m.context as usize, Some(flags))
+    })
+}
+
+unsafe extern "C" fn msg_send(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).send(send_args(false, buf, len, dest, 0, None, ctx, None, false))
+    )
+}
+
+unsafe extern "C" fn msg_sendv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let (p, l) = one_iov(iov, count)?;
+        ep_of(ep).send(send_args(
+            false,
+            p as *const c_void,
+            l,
+            dest,
+            0,
+            None,
+            ctx,
+            None,
+            false,
+        ))
+    })
+}
+
+unsafe extern "C" fn msg_sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> isize {
+    if msg.is_null() {
+        return -(FI_EINVAL as isize);
+    }
+    ep_call!(ep, {
+        let m = &*msg;
+        let (p, l) = one_iov(m.msg_iov, m.iov_count)?;
+        let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+        ep_of(ep).send(send_args(
+            false,
+            p as *const c_void,
+            l,
+            m.addr,
+            0,
+            data,
+            m.context,
+            Some(flags),
+            false,
+        ))
+    })
+}
+
+unsafe extern "C" fn msg_inject(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).send(send_args(
+            false,
+            buf,
+            len,
+            dest,
+            0,
+            None,
+            std::ptr::null_mut(),
+            None,
+            true
+        ))
+    )
+}
+
+unsafe extern "C" fn msg_senddata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).send(send_args(
+            false,
+            buf,
+            len,
+            dest,
+            0,
+            Some(data),
+            ctx,
+            None,
+            false
+        ))
+    )
+}
+
+unsafe extern "C" fn msg_injectdata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).send(send_args(
+            false,
+            buf,
+            len,
+            dest,
+            0,
+            Some(data),
+            std::ptr::null_mut(),
+            None,
+            true
+        ))
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn t_recv(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).recv(
+            true,
+            buf as *mut u8,
+            len,
+            src,
+            tag,
+            ignore,
+            ctx as usize,
+            None
+        )
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn t_recvv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let (p, l) = one_iov(iov, count)?;
+        ep_of(ep).recv(true, p, l, src, tag, ignore, ctx as usize, None)
+    })
+}
+
+unsafe extern "C" fn t_recvmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
+    if msg.is_null() {
+        return -(FI_EINVAL as isize);
+    }
+    ep_call!(ep, {
+        let m = &*msg;
+        let e = ep_of(ep);
+        if flags & (FI_PEEK | FI_CLAIM) != 0 {
+            e.trecv_special(m, flags)
+        } else {
+            let (p, l) = one_iov(m.msg_iov, m.iov_count)?;
+            e.recv(
+                true,
+                p,
+                l,
+                m.addr,
+                m.tag,
+                m.ignore,
+                m.context as usize,
+                Some(flags),
+            )
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn t_send(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).send(send_args(true, buf, len, dest, tag, None, ctx, None, false))
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn t_sendv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let (p, l) = one_iov(iov, count)?;
+        ep_of(ep).send(send_args(
+            true,
+            p as *const c_void,
+            l,
+            dest,
+            tag,
+            None,
+            ctx,
+            None,
+            false,
+        ))
+    })
+}
+
+unsafe extern "C" fn t_sendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags: u64) -> isize {
+    if msg.is_null() {
+        return -(FI_EINVAL as isize);
+    }
+    ep_call!(ep, {
+        let m = &*msg;
+        let (p, l) = one_iov(m.msg_iov, m.iov_count)?;
+        let data = (flags & FI_REMOTE_CQ_DATA != 0).then_some(m.data);
+        ep_of(ep).send(send_args(
+            true,
+            p as *const c_void,
+            l,
+            m.addr,
+            m.tag,
+            data,
+            m.context,
+            Some(flags),
+            false,
+        ))
+    })
+}
+
+unsafe extern "C" fn t_inject(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    tag: u64,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).send(send_args(
+            true,
+            buf,
+            len,
+            dest,
+            tag,
+            None,
+            std::ptr::null_mut(),
+            None,
+            true
+        ))
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn t_senddata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    data: u64,
+    dest: fi_addr_t,
+    tag: u64,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).send(send_args(
+            true,
+            buf,
+            len,
+            dest,
+            tag,
+            Some(data),
+            ctx,
+            None,
+            false
+        ))
+    )
+}
+
+unsafe extern "C" fn t_injectdata(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    data: u64,
+    dest: fi_addr_t,
+    tag: u64,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).send(send_args(
+            true,
+            buf,
+            len,
+            dest,
+            tag,
+            Some(data),
+            std::ptr::null_mut(),
+            None,
+            true
+        ))
+    )
+}

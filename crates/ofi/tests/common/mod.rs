@@ -1,0 +1,37 @@
+//! Finds the provider built by this `cargo test` and puts it alone in a directory for
+//! FI_PROVIDER_PATH (libfabric loads every `*fi.so` of the directories it is given).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `cargo test -p hx-ofi` compiles the library once with both crate types, so the cdylib is in
+/// target/<profile>/deps (and, after `cargo build`, also in target/<profile>). The newest wins.
+pub fn provider_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let profile = deps.parent().unwrap();
+    let so = [
+        deps.join("libhxcomm_fi.so"),
+        profile.join("libhxcomm_fi.so"),
+    ]
+    .into_iter()
+    .filter(|p| p.exists())
+    .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+    .expect("libhxcomm_fi.so not built: run `cargo build --release -p hx-ofi`");
+    // One directory per call: tests run in parallel, and copying over a library another
+    // fi_info is loading would break it.
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "hx-ofi-prov-{}-{}-{n}",
+        std::process::id(),
+        name_of(&exe)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&so, dir.join("libhxcomm_fi.so")).unwrap();
+    dir
+}
+
+fn name_of(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}

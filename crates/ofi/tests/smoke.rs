@@ -1,0 +1,57 @@
+//! tests/c/smoke.c: a libfabric program (installed headers, -lfabric) driving the provider
+//! end to end through libfabric's loader, in one process, over the hxcomm engine (two endpoints
+//! of one domain talk through the engine's loopback path to itself).
+
+mod common;
+use std::process::Command;
+
+#[test]
+fn c_smoke_program() {
+    let dir = common::provider_dir();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/smoke.c");
+    let exe = dir.join("smoke");
+    let out = Command::new("cc")
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg("-lfabric")
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without a job secret the domain is refused, and says why.
+    let out = Command::new(&exe)
+        .arg("map")
+        .env("FI_PROVIDER_PATH", &dir)
+        .env_remove("HX_JOB_SECRET")
+        .env_remove("OMPI_MCA_orte_precondition_transports")
+        .env_remove("HX_ALLOW_NO_SECRET")
+        .env("HX_LOG", "info")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "ran without a secret:\n{text}");
+    assert!(
+        text.contains("Permission denied") || text.contains("-13"),
+        "{text}"
+    );
+    for av in ["map", "table"] {
+        let out = Command::new(&exe)
+            .arg(av)
+            .env("FI_PROVIDER_PATH", &dir)
+            .env("HX_JOB_SECRET", "42".repeat(32))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "smoke {av} failed:\n{text}");
+        assert!(text.contains("smoke ok"), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
