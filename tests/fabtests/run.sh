@@ -61,18 +61,32 @@ echo "fabtests from $bin, provider from $FI_PROVIDER_PATH, server $srv_addr, cli
 single fi_getinfo_test
 single fi_cq_test
 single fi_dom_test
+# Invocations as in fabtests' own scripts/runfabtests.sh (-e rdm where the default endpoint type
+# would be MSG), plus -b for out-of-band address exchange, -v/-V to check data where offered.
 for mode in -b ""; do
   pair fi_rdm $mode
   pair fi_rdm_tagged_pingpong $mode -v -I 200
 done
 pair fi_rdm_tagged_peek -b
-pair fi_unexpected_msg -b -v
-pair fi_recv_cancel -b
-pair fi_cq_data -b
-pair fi_av_xfer -b
-pair fi_multi_ep -b
+pair fi_unexpected_msg -b -e rdm -I 10
+pair fi_recv_cancel -b -e rdm -V
+pair fi_cq_data -b -e rdm
+pair fi_av_xfer -b -e rdm
+pair fi_multi_ep -b -e rdm -v
 pair fi_rdm_pingpong -b -v -I 200
-pair fi_rdm_tagged_bw -b -v -I 50
+# fi_rdm_tagged_bw -b truncates a message in fabtests 1.17 with libfabric's own tcp provider
+# too (with out-of-band sync a pre-posted receive is left over and the tags shift by one per
+# message size); it runs with fabtests' default addressing.
+pair fi_rdm_tagged_bw -v -I 50
+# Not applicable, refused by fi_getinfo (-FI_ENODATA): fi_av_test asks for FI_SOCKADDR
+# addresses and fi_rdm_shared_av for FI_SHARED_AV (see README).
+for name in fi_av_test fi_rdm_shared_av; do
+  if out=$(timeout "$t" "$bin/$name" -p hxcomm -g "$srv_addr" -n 1 -s "$srv_addr" 2>&1); then
+    echo "UNEXPECTED: $name ran"
+  else
+    echo "N/A  $name: $(echo "$out" | grep -m1 'ret=')"
+  fi
+done
 echo "fabtests: $pass passed, $fail failed"
 for f in "${failed[@]}"; do echo "  failed: $f"; done
 [ $fail = 0 ]

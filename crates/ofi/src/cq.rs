@@ -200,6 +200,22 @@ impl CqShared {
             err_data_size: 0,
         };
         let bytes = text.as_bytes_with_nul();
+        if err != FI_EIO {
+            // Only a failed peer has more to say than the error code (which peer, why): other
+            // errors carry no err_data and, as libfabric's own
+            // providers, never touch the caller's err_data then (fabtests pass uninitialised
+            // entries here).
+            if self.domain.api_version >= fi_version(1, 5) {
+                out.write(entry);
+            } else {
+                std::ptr::copy_nonoverlapping(
+                    &entry as *const fi_cq_err_entry as *const u8,
+                    out as *mut u8,
+                    FI_CQ_ERR_ENTRY_1_0_SIZE,
+                );
+            }
+            return Ok(1);
+        }
         if self.domain.api_version >= fi_version(1, 5) && (*out).err_data_size > 0 {
             let n = (*out).err_data_size.min(bytes.len());
             if !(*out).err_data.is_null() {
@@ -510,11 +526,28 @@ mod tests {
         }
     }
 
+    /// A failed peer: the one error that carries err_data.
     fn err(ctx: usize) -> Entry {
         Entry {
-            err: Some((FI_ETRUNC, 3, "peer mock:1:0 sent too much".into())),
+            err: Some((FI_EIO, 3, "peer mock:1:0 sent too much".into())),
             ..ok(ctx, 4)
         }
+    }
+
+    #[test]
+    fn errors_without_a_message_leave_err_data_alone() {
+        let c = cq(FI_CQ_FORMAT_TAGGED);
+        c.push(Entry {
+            err: Some((FI_ETRUNC, 3, "truncated".into())),
+            ..ok(7, 4)
+        });
+        // As fabtests pass it: uninitialised (here: garbage) err_data and size.
+        let mut e: fi_cq_err_entry = unsafe { std::mem::zeroed() };
+        e.err_data = 0x10 as *mut c_void;
+        e.err_data_size = 0x1234;
+        assert_eq!(unsafe { c.readerr(&mut e) }, Ok(1));
+        assert_eq!((e.err, e.olen, e.err_data_size), (FI_ETRUNC, 3, 0));
+        assert!(e.err_data.is_null());
     }
 
     #[test]
@@ -584,7 +617,7 @@ mod tests {
         assert_eq!(unsafe { c.readerr(&mut e) }, Ok(1));
         assert_eq!(
             (e.op_context as usize, e.err, e.olen, e.len, e.tag),
-            (2, FI_ETRUNC, 3, 5, 4)
+            (2, FI_EIO, 3, 5, 4)
         );
         assert_eq!(e.err_data_size, 8);
         assert_eq!(&data, b"peer moc");

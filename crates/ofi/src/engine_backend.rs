@@ -39,8 +39,19 @@ pub struct EngineBackend {
     ops: HashMap<OpId, Op>,
     claims: HashMap<u64, Found>,
     finished: Vec<Request>,
-    /// Name servers of `listen` (fabtests' node/service): one thread each, answering with a name.
-    _name_servers: Vec<std::thread::JoinHandle<()>>,
+    /// Name servers of `listen` (fabtests' node/service): one thread each, answering with a name
+    /// until the backend goes (then the port is free again for the next domain).
+    name_servers: Vec<std::thread::JoinHandle<()>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for EngineBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.name_servers.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 fn engine_eps(k: u16, tagged: bool) -> u16 {
@@ -130,7 +141,8 @@ impl EngineBackend {
             ops: HashMap::new(),
             claims: HashMap::new(),
             finished: Vec::new(),
-            _name_servers: Vec::new(),
+            name_servers: Vec::new(),
+            stop: Default::default(),
         })
     }
 
@@ -480,19 +492,27 @@ impl Backend for EngineBackend {
         })?;
         let l = TcpListener::bind((host, port))
             .map_err(|e| err(FI_EINVAL, format!("name service at {host}:{service}: {e}")))?;
+        l.set_nonblocking(true).map_err(|e| err(FI_EIO, e))?;
         let name = self.name(ep);
+        let stop = self.stop.clone();
         let t = std::thread::Builder::new()
             .name("hxcomm-names".into())
             .spawn(move || {
                 // Tells whoever asks (fi_getinfo of a client with our node and service) the
                 // name of this endpoint; an address is not a secret, joining needs the job's.
-                for mut s in l.incoming().flatten() {
-                    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                    let _ = s.write_all(&name);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match l.accept() {
+                        Ok((mut s, _)) => {
+                            let _ = s.set_nonblocking(false);
+                            let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                            let _ = s.write_all(&name);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
                 }
             })
             .map_err(|e| err(FI_EIO, e))?;
-        self._name_servers.push(t);
+        self.name_servers.push(t);
         Ok(())
     }
 }

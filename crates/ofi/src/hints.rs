@@ -188,6 +188,9 @@ pub enum Addressing {
 pub fn addressing(node: Option<&str>, service: Option<&str>, flags: u64) -> Addressing {
     match (node, service) {
         (None, None) => Addressing::None,
+        // A node alone names a host, not an endpoint: nothing to resolve (fabtests' multi_ep
+        // asks like this for more endpoints of the same domain).
+        (Some(_), None) if flags & FI_SOURCE == 0 => Addressing::None,
         _ if flags & FI_SOURCE != 0 => Addressing::Listen {
             node: node.map(str::to_owned),
             service: service.map(str::to_owned),
@@ -326,6 +329,14 @@ fn out_caps(h: u64) -> u64 {
         c |= FI_LOCAL_COMM | FI_REMOTE_COMM;
     }
     c
+}
+
+/// Traffic classes are hints about the kind of traffic (latency, bulk data, ...): every rail
+/// carries every class alike, so the named ones are accepted; DSCP values (0x100 | dscp) are not
+/// set on the sockets, so they are refused rather than silently ignored.
+fn known_tclass(t: u32) -> bool {
+    // FI_TC_UNSPEC, and FI_TC_LABEL (0x200) + BEST_EFFORT .. NETWORK_CTRL.
+    t == 0 || (0x200..=0x206).contains(&t)
 }
 
 fn valid_threading(t: i32) -> bool {
@@ -510,7 +521,7 @@ fn check_domain(version: u32, _caps: u64, d: &Domain) -> Result<(), String> {
         d.max_ep_stx_ctx > 0 || d.max_ep_srx_ctx > 0,
         "shared contexts"
     );
-    refuse_if!(d.tclass != 0, "traffic class {:#x}", d.tclass);
+    refuse_if!(!known_tclass(d.tclass), "traffic class {:#x}", d.tclass);
     Ok(())
 }
 
@@ -569,7 +580,7 @@ fn check_tx(tx: &Tx) -> Result<(), String> {
         tx.iov_limit
     );
     refuse_if!(tx.rma_iov_limit > 0, "rma_iov_limit {}", tx.rma_iov_limit);
-    refuse_if!(tx.tclass != 0, "traffic class {:#x}", tx.tclass);
+    refuse_if!(!known_tclass(tx.tclass), "traffic class {:#x}", tx.tclass);
     Ok(())
 }
 
