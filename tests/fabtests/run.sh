@@ -27,7 +27,7 @@ failed=()
 single() {
   local name=$1; shift
   local start=$SECONDS
-  if out=$(timeout "$t" "$bin/$name" -p hxcomm "$@" 2>&1); then
+  if out=$($SERVER_CMD timeout "$t" "$bin/$name" -p hxcomm "$@" 2>&1); then
     pass=$((pass + 1)); echo "PASS $name $* ($((SECONDS - start)) s)"
   else
     fail=$((fail + 1)); failed+=("$name $*"); echo "FAIL $name $*"; echo "$out" | tail -20

@@ -1109,7 +1109,8 @@ impl Engine {
                 })
             });
             let all_sent = (0..self.size()).all(|p| !self.core.peer_tx_pending(p));
-            if all_bye && all_sent {
+            // Outside a launched job peers close on their own schedule: our Bye is enough.
+            if all_sent && (all_bye || self.open_to_unknown) {
                 break;
             }
             self.progress_once(10)?;

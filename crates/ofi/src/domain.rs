@@ -241,7 +241,12 @@ unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
             return Err(FI_EBUSY);
         }
         (&*(*d).fabric).domains.fetch_sub(1, Ordering::AcqRel);
-        drop(Box::from_raw(d));
+        // Operations still posted (a receive nobody will match) hold their AV, which holds the
+        // domain: forget them, so that the domain, and with it the engine, really goes (and
+        // says Bye to its peers) when this last handle does.
+        let dom = Box::from_raw(d);
+        lock(&dom.d.state).pending.clear();
+        drop(dom);
         Ok(0)
     })
 }

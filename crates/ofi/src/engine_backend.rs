@@ -31,7 +31,8 @@ struct Op {
 }
 
 pub struct EngineBackend {
-    engine: Engine,
+    /// Taken at drop, to close in order.
+    engine: Option<Engine>,
     /// fi endpoint k uses engine endpoints 2k (tagged) and 2k+1 (untagged).
     next_ep: u16,
     peers: Vec<(Rank, u16)>,
@@ -47,6 +48,14 @@ pub struct EngineBackend {
 
 impl Drop for EngineBackend {
     fn drop(&mut self) {
+        // Finish what is queued and say Bye on every rail, so peers see an orderly close, not
+        // a crash.
+        if let Some(e) = self.engine.take() {
+            tracing::debug!("hxcomm: domain closes: finishing sends, Bye to every peer");
+            if let Err(e) = e.finalize() {
+                tracing::warn!("hxcomm: closing the domain: {e}");
+            }
+        }
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for t in self.name_servers.drain(..) {
             let _ = t.join();
@@ -119,6 +128,14 @@ fn management_address(get: &dyn Fn(&str) -> Option<String>) -> Option<Ipv4Addr> 
 }
 
 impl EngineBackend {
+    fn eng(&self) -> &Engine {
+        self.engine.as_ref().expect("engine present until drop")
+    }
+
+    fn eng_mut(&mut self) -> &mut Engine {
+        self.engine.as_mut().expect("engine present until drop")
+    }
+
     pub fn new(cfg: &BackendConfig) -> Result<EngineBackend, BackendError> {
         let from_cfg = |name: &str| {
             cfg.settings
@@ -134,7 +151,7 @@ impl EngineBackend {
             .map_err(|e| err(FI_EIO, format!("hxcomm: {e}")))?;
         engine.track_finished();
         Ok(EngineBackend {
-            engine,
+            engine: Some(engine),
             next_ep: 1,
             peers: Vec::new(),
             peer_ids: HashMap::new(),
@@ -205,23 +222,23 @@ impl Backend for EngineBackend {
         if k >= 0x7ffe {
             return Err(err(FI_ENOSPC, "too many endpoints"));
         }
-        self.engine
+        self.eng_mut()
             .open_endpoint(engine_eps(k, true))
-            .and_then(|_| self.engine.open_endpoint(engine_eps(k, false)))
+            .and_then(|_| self.eng_mut().open_endpoint(engine_eps(k, false)))
             .map_err(|e| err(FI_EINVAL, e))?;
         self.next_ep += 1;
         Ok(k)
     }
 
     fn close_ep(&mut self, ep: u16) -> Result<(), BackendError> {
-        self.engine
+        self.eng_mut()
             .close_endpoint(engine_eps(ep, true))
-            .and_then(|_| self.engine.close_endpoint(engine_eps(ep, false)))
+            .and_then(|_| self.eng_mut().close_endpoint(engine_eps(ep, false)))
             .map_err(|e| err(FI_EINVAL, e))
     }
 
     fn name(&self, ep: u16) -> [u8; NAME_LEN] {
-        self.engine.address(ep)
+        self.eng().address(ep)
     }
 
     fn describe(&self, name: &[u8]) -> Result<String, BackendError> {
@@ -229,7 +246,7 @@ impl Backend for EngineBackend {
     }
 
     fn insert(&mut self, name: &[u8]) -> Result<PeerId, BackendError> {
-        let (rank, k) = self.engine.insert(name).map_err(|e| err(FI_EINVAL, e))?;
+        let (rank, k) = self.eng_mut().insert(name).map_err(|e| err(FI_EINVAL, e))?;
         Ok(self.peer_id(rank, k))
     }
 
@@ -257,7 +274,7 @@ impl Backend for EngineBackend {
         };
         let tag = if tagged { tag } else { 0 };
         let req = self
-            .engine
+            .eng_mut()
             .isend_with(
                 engine_eps(ep, tagged),
                 rank,
@@ -290,7 +307,7 @@ impl Backend for EngineBackend {
     ) -> Result<OpId, BackendError> {
         let filter = self.filter(ep, tagged, src, tag, ignore)?;
         let req = self
-            .engine
+            .eng_mut()
             .irecv_filtered(engine_eps(ep, tagged), filter, EngineBuf::Raw { ptr, len })
             .map_err(|e| err(FI_EINVAL, e))?;
         self.ops.insert(
@@ -315,7 +332,11 @@ impl Backend for EngineBackend {
         let filter = self.filter(ep, true, src, tag, ignore)?;
         let e = engine_eps(ep, true);
         if claim {
-            let Some((c, st)) = self.engine.claim(e, filter).map_err(|e| err(FI_EIO, e))? else {
+            let Some((c, st)) = self
+                .eng_mut()
+                .claim(e, filter)
+                .map_err(|e| err(FI_EIO, e))?
+            else {
                 return Ok(None);
             };
             let f = self.found(&st);
@@ -323,7 +344,7 @@ impl Backend for EngineBackend {
             Ok(Some((f, Some(c))))
         } else {
             let st = self
-                .engine
+                .eng_mut()
                 .probe_filtered(e, filter)
                 .map_err(|e| err(FI_EIO, e))?;
             Ok(st.map(|st| (self.found(&st), None)))
@@ -353,7 +374,7 @@ impl Backend for EngineBackend {
             return Err(err(FI_ENOENT, format!("no claimed message {claim:#x}")));
         }
         let req = self
-            .engine
+            .eng_mut()
             .irecv_claimed(claim, EngineBuf::Raw { ptr, len })
             .map_err(|e| err(FI_EINVAL, e))?;
         self.ops.insert(
@@ -373,7 +394,7 @@ impl Backend for EngineBackend {
             .remove(&claim)
             .ok_or_else(|| err(FI_ENOENT, format!("no claimed message {claim:#x}")))?;
         let req = self
-            .engine
+            .eng_mut()
             .discard_claimed(claim)
             .map_err(|e| err(FI_EINVAL, e))?;
         self.ops.insert(
@@ -391,7 +412,7 @@ impl Backend for EngineBackend {
         if !self.ops.get(&op).is_some_and(|o| o.is_recv) {
             return false;
         }
-        let done = self.engine.cancel_recv(Request::from_u64(op));
+        let done = self.eng_mut().cancel_recv(Request::from_u64(op));
         if done {
             self.ops.remove(&op);
         }
@@ -399,14 +420,15 @@ impl Backend for EngineBackend {
     }
 
     fn progress(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
-        self.engine.progress().map_err(|e| err(FI_EIO, e))?;
-        self.engine.take_finished(&mut self.finished);
-        for req in std::mem::take(&mut self.finished) {
+        self.eng_mut().progress().map_err(|e| err(FI_EIO, e))?;
+        let mut finished = std::mem::take(&mut self.finished);
+        self.eng_mut().take_finished(&mut finished);
+        for req in finished.drain(..) {
             let op = req.to_u64();
             if !self.ops.contains_key(&op) {
                 continue;
             }
-            let Some((res, _buf)) = self.engine.take_request(req) else {
+            let Some((res, _buf)) = self.eng_mut().take_request(req) else {
                 continue;
             };
             let o = self.ops.remove(&op).expect("checked");
@@ -458,11 +480,12 @@ impl Backend for EngineBackend {
             };
             out.push(d);
         }
+        self.finished = finished;
         Ok(())
     }
 
     fn wait_fd(&self) -> i32 {
-        self.engine.fd()
+        self.eng().fd()
     }
 
     fn max_msg_size(&self) -> usize {

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The libfabric provider as users meet it (issue 8), run by .ci/run after `cargo test`:
+#  1. fabtests 1.17 (built from ../shared/fabtests-1.17.0 into target/fabtests unless
+#     FABTESTS_BIN points at an installed copy) on this host, and between two testbed hosts;
+#  2. Open MPI 4.1 (pml cm, mtl ofi, provider hxcomm): tests/mpi/correctness.c and
+#     correctness.py on this host (4 ranks) and on 2 and 4 testbed hosts;
+#  3. 64 ranks on this host over 4 loopback TCP rails: an all-to-all right after MPI_Init.
+# Needs root (network namespaces), libfabric-dev/-bin, openmpi-bin/libopenmpi-dev,
+# python3-mpi4py, autoconf/automake/libtool. Prints each stage's time.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+export FI_PROVIDER_PATH=$root/target/release
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+stage() { echo; echo "=== provider: $* ($(date +%T))"; }
+t_all=$SECONDS
+
+if [ "$(id -u)" != 0 ]; then
+  if [ "${CI:-}" = true ]; then echo "provider tests need root in CI" >&2; exit 1; fi
+  echo "SKIPPED provider tests (tests/provider/ci.sh): need root for the testbed"; exit 0
+fi
+cargo build --release -p hx-ofi
+
+fabtests=${FABTESTS_BIN:-}
+if [ -z "$fabtests" ]; then
+  fabtests=$root/target/fabtests/bin
+  if [ ! -x "$fabtests/fi_rdm" ]; then
+    stage "building fabtests 1.17.0"
+    t=$SECONDS
+    src=$root/target/fabtests-src
+    rm -rf "$src"; cp -r "$root/../shared/fabtests-1.17.0" "$src"
+    (cd "$src" && ./autogen.sh >/dev/null 2>&1 && ./configure -q --with-libfabric=/usr \
+        --prefix="$root/target/fabtests" >/dev/null && make -s -j2 install >/dev/null 2>&1)
+    echo "fabtests built in $((SECONDS - t)) s"
+  fi
+fi
+export FABTESTS_BIN=$fabtests
+
+stage "fabtests on one host"
+t=$SECONDS
+tests/fabtests/run.sh 127.0.0.1
+echo "stage time $((SECONDS - t)) s"
+
+tb=hxpv
+cleanup() { "$root/target/release/hxcomm" net down --name $tb >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+"$root/target/release/hxcomm" net up --hosts 4 --rails 2 --rate none --name $tb >/dev/null
+mgmt=$("$root/target/release/hxcomm" net status --name $tb | awk '/management/ { for (i = 1; i <= NF; i++) if ($i == "management") { sub(",", "", $(i+1)); print $(i+1); exit } }')
+
+stage "fabtests between testbed hosts ${tb}0 and ${tb}1"
+t=$SECONDS
+HX_RAILS=r0,r1 SERVER_CMD="ip netns exec ${tb}0" CLIENT_CMD="ip netns exec ${tb}1" \
+  tests/fabtests/run.sh 10.10.0.1 10.10.0.2
+echo "stage time $((SECONDS - t)) s"
+
+stage "Open MPI + hxcomm on one host (4 ranks)"
+t=$SECONDS
+out=$root/target/mpi-tests
+mkdir -p "$out"
+OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_mtl_ofi_provider_include=hxcomm HXMPI_TRUNC_LARGE=1 \
+  tests/mpi/run-local.sh "$out" 4
+mpicc -O2 -Wall -Wextra -Werror -o "$out/alltoall" tests/mpi/alltoall.c
+echo "stage time $((SECONDS - t)) s"
+
+for hosts in 2 4; do
+  stage "Open MPI + hxcomm on $hosts testbed hosts"
+  t=$SECONDS
+  list=$(seq -s, -f "${tb}%g" 0 $((hosts - 1)))
+  common=(-np "$hosts" --host "$list" --map-by node --bind-to none
+    --mca plm_rsh_agent "$root/bench/netns-rsh" --mca oob_tcp_if_include "$mgmt"
+    --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include hxcomm
+    -x FI_PROVIDER_PATH -x HXMPI_TRUNC_LARGE=1)
+  log=$out/testbed-$hosts-c.log
+  timeout 300 mpirun "${common[@]}" "$out/correctness" >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+  grep '^OK' "$log"
+  log=$out/testbed-$hosts-py.log
+  timeout 300 mpirun "${common[@]}" /usr/bin/python3 "$root/tests/mpi/correctness.py" >"$log" 2>&1 \
+    || { tail -30 "$log"; exit 1; }
+  grep '^OK' "$log"
+  echo "stage time $((SECONDS - t)) s"
+done
+
+stage "64 ranks, one host, 4 loopback TCP rails: all-to-all right after MPI_Init"
+t=$SECONDS
+HX_TRANSPORTS=tcp HX_LOOPBACK_RAILS=4 timeout 300 mpirun -np 64 --oversubscribe --bind-to none \
+  --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include hxcomm \
+  -x FI_PROVIDER_PATH -x HX_TRANSPORTS -x HX_LOOPBACK_RAILS "$out/alltoall" 2>&1 | grep '^OK\|FAIL'
+echo "stage time $((SECONDS - t)) s"
+
+echo
+echo "provider tests passed in $((SECONDS - t_all)) s"
