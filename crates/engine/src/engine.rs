@@ -802,7 +802,11 @@ impl Engine {
                 T_LINK => {
                     let peer = ((token >> 16) & 0xffff_ffff) as Rank;
                     let rail = (token & 0xffff) as usize;
-                    if flags & (poller::IN | poller::HUP) != 0 {
+                    if flags & poller::HUP != 0 {
+                        // The peer's FIN may have come with the last data in this one edge:
+                        // read to the end, or the close is never seen again.
+                        self.read_rail_to_end(peer, rail);
+                    } else if flags & poller::IN != 0 {
                         self.read_rail(peer, rail);
                     }
                     // Every edge reports the whole mask, so OUT also comes with plain input:
@@ -968,6 +972,16 @@ impl Engine {
 
     /// Reads what `rail` of `peer` has; returns the number of bytes read.
     pub(crate) fn read_rail(&mut self, peer: Rank, rail: usize) -> usize {
+        self.read_rail_until(peer, rail, false)
+    }
+
+    fn read_rail_to_end(&mut self, peer: Rank, rail: usize) -> usize {
+        self.read_rail_until(peer, rail, true)
+    }
+
+    /// A short read ends the loop (the socket is drained: saves a syscall per message) unless
+    /// `to_end`, when only WouldBlock or EOF does.
+    fn read_rail_until(&mut self, peer: Rank, rail: usize, to_end: bool) -> usize {
         let p = peer as usize;
         let mut total = 0;
         loop {
@@ -991,7 +1005,7 @@ impl Engine {
                         self.rail_down(peer, rail, &e.to_string(), false);
                         return total;
                     }
-                    if n < want {
+                    if n < want && !to_end {
                         return total;
                     }
                 }

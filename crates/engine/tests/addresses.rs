@@ -125,3 +125,42 @@ fn malformed_addresses_are_refused() {
         .unwrap()
         .starts_with("hxcomm://"));
 }
+
+#[test]
+fn a_receive_from_a_peer_that_dies_fails() {
+    let (tx, rx) = mpsc::channel::<[u8; 64]>();
+    let a = std::thread::spawn(move || {
+        let mut e = Engine::open(settings(false, 1), SECRET, None).unwrap();
+        e.open_endpoint(1).unwrap();
+        tx.send(e.address(1)).unwrap();
+        // Wait for the first message, answer, then vanish without an orderly close.
+        let mut b = [0u8; 4];
+        let st = e.recv(1, ANY_SOURCE, Some(1), &mut b).unwrap();
+        e.send(1, st.source, 1, 2, b"pong").unwrap();
+        drop(e);
+    });
+    let mut e = Engine::open(settings(false, 1), SECRET, None).unwrap();
+    e.open_endpoint(1).unwrap();
+    let (p, _) = e.insert(&rx.recv().unwrap()).unwrap();
+    e.send(1, p, 1, 1, b"ping").unwrap();
+    let mut b = [0u8; 4];
+    e.recv(1, Some(p), Some(2), &mut b).unwrap();
+    e.track_finished();
+    let late = e.irecv(1, Some(p), Some(3), vec![0; 4]).unwrap();
+    a.join().unwrap();
+    // As the libfabric provider waits: progress, then look at what finished.
+    let mut fin = Vec::new();
+    let t = std::time::Instant::now();
+    while !fin.contains(&late) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the receive never finished; peer failure: {:?}; finished {fin:?}",
+            e.peer_failure(p)
+        );
+        e.progress().unwrap();
+        e.take_finished(&mut fin);
+    }
+    let (res, _) = e.take_request(late).unwrap();
+    let err = res.unwrap_err().to_string();
+    assert!(err.contains("closed its connections"), "{err}");
+}

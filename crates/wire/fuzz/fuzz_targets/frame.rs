@@ -2,12 +2,12 @@
 //! re-encodes to the same bytes.
 #![no_main]
 
-use hx_wire::{Address, Challenge, FrameHeader, Hello, HEADER_LEN};
+use hx_wire::{Address, Challenge, FrameHeader, Hello, MIN_HEADER_LEN};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((h, len)) = FrameHeader::parse(data) {
-        assert!(len >= HEADER_LEN && len <= data.len());
+        assert!(len >= MIN_HEADER_LEN && len <= data.len());
         let (again, _) = FrameHeader::parse(&h.to_bytes()).expect("re-parse");
         assert_eq!(again, h);
     }
