@@ -8,20 +8,7 @@ use std::process::Command;
 #[test]
 fn bad_input_and_failures() {
     let dir = common::provider_dir();
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/bad_input.c");
-    let exe = dir.join("bad_input");
-    let out = Command::new("cc")
-        .args(["-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .arg("-lfabric")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = common::compile_c(&dir, "bad_input");
     let out = Command::new(&exe)
         .args(["31".repeat(32), "32".repeat(32)])
         .env("FI_PROVIDER_PATH", &dir)

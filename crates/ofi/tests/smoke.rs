@@ -8,20 +8,7 @@ use std::process::Command;
 #[test]
 fn c_smoke_program() {
     let dir = common::provider_dir();
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/smoke.c");
-    let exe = dir.join("smoke");
-    let out = Command::new("cc")
-        .args(["-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .arg("-lfabric")
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = common::compile_c(&dir, "smoke");
     // Without a job secret the domain is refused, and says why.
     let out = Command::new(&exe)
         .arg("map")

@@ -35,3 +35,25 @@ pub fn provider_dir() -> PathBuf {
 fn name_of(p: &Path) -> String {
     p.file_name().unwrap().to_string_lossy().into_owned()
 }
+
+/// Compiles tests/c/NAME.c against the installed libfabric headers into `dir`; returns the
+/// program's path.
+#[allow(dead_code)] // not every test binary that shares this module compiles C
+pub fn compile_c(dir: &Path, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let exe = dir.join(name);
+    let out = std::process::Command::new("cc")
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lfabric")
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
