@@ -4,13 +4,15 @@
 # hosts x 4 rails at 1 Gbit/s), same run; bench/mpi_osu.c bw and bibw at 4 MiB (window 64) and
 # 8-byte latency; RUNS runs each (default 3), medians printed. As root, one benchmark at a time:
 #   flock /tmp/hxcomm-bench.lock bash bench/mpi_hxcomm.sh
+# RATE (default 1gbit; e.g. 1gbit,1gbit,2gbit,4gbit or none), TESTS (mpi_osu arguments) and
+# CONFIGS (default "hxcomm btl_tcp ofi_tcp") narrow it down.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-3}
 B=$PWD/target/release/hxcomm
 name=hxm
 cargo build --release --workspace >/dev/null 2>&1 || { echo "build failed"; exit 1; }
-$B net up --name $name --hosts 2 --rails 4 --rate 1gbit >/dev/null || exit 1
+$B net up --name $name --hosts 2 --rails 4 --rate "${RATE:-1gbit}" >/dev/null || exit 1
 trap '$B net down --name $name >/dev/null' EXIT
 sleep 1
 st=$($B net status --name $name --json)
@@ -18,14 +20,14 @@ mgmt_net=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mgmt_net"
 out=$(mktemp -d /tmp/mpi_hxcomm.XXXXXX)
 mpicc -O2 -o "$out/osu" bench/mpi_osu.c
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-tests="bw:4194304:9:1:64 bibw:4194304:5:1:64 latency:8:20000:1000"
+tests=${TESTS:-"bw:4194304:9:1:64 bibw:4194304:5:1:64 latency:8:20000:1000"}
 common=(-np 2 --host ${name}0,${name}1 --map-by node --bind-to none
   --mca plm_rsh_agent "$PWD/bench/netns-rsh" --mca oob_tcp_if_include "$mgmt_net")
 declare -A cfg
 cfg[hxcomm]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include hxcomm -x FI_PROVIDER_PATH=$PWD/target/release"
 cfg[btl_tcp]="--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include r0,r1,r2,r3"
 cfg[ofi_tcp]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_exclude none -x FI_PROVIDER=tcp -x FI_TCP_IFACE=r0"
-for label in hxcomm btl_tcp ofi_tcp; do
+for label in ${CONFIGS:-hxcomm btl_tcp ofi_tcp}; do
   for r in $(seq 1 "$runs"); do
     # shellcheck disable=SC2086
     timeout 120 mpirun "${common[@]}" ${cfg[$label]} "$out/osu" $tests >"$out/$label.$r.log" 2>&1 \
