@@ -64,7 +64,6 @@ pub(crate) struct RailSlot {
     /// The peer closed this rail or refused to connect it (it exited), rather than the network
     /// failing.
     pub gone: bool,
-    pub ever_up: bool,
     pub down_since: Option<Instant>,
     pub next_retry: Instant,
     /// An attempt of ours is under way.
@@ -80,7 +79,6 @@ impl RailSlot {
             route,
             mine: false,
             gone: false,
-            ever_up: false,
             down_since: None,
             next_retry: Instant::now(),
             attempting: false,
@@ -294,6 +292,8 @@ impl Engine {
                 why,
                 "connection attempt failed"
             );
+            // Policies waiting for this rail's first connection (bind) stop waiting.
+            self.core.rail_unreachable(c.peer, c.rail);
             let r = &mut self.peers[c.peer as usize].rails[c.rail];
             if refused && r.link.is_none() {
                 r.gone = true;
@@ -380,9 +380,9 @@ impl Engine {
                     }
                     let (peer, rail) = (c.peer, c.rail);
                     if self.peers[peer as usize].rails[rail].link.is_some() {
-                        // Not expected by the rules above; keep what we have.
-                        warn!("rail {rail} to peer {peer}: a second connection was accepted; closing it");
-                        return;
+                        // The acceptor decided for this one (our other link must have failed on
+                        // its side): replace ours.
+                        self.rail_down(peer, rail, "the peer chose another connection", false);
                     }
                     if let Err(e) = self.install_tcp(peer, rail, c.stream, true) {
                         warn!("installing rail {rail} to peer {peer}: {e}");
@@ -440,7 +440,6 @@ impl Engine {
         r.blocked = false;
         r.mine = mine;
         r.gone = false;
-        r.ever_up = true;
         if let Some(since) = r.down_since.take() {
             info!(
                 "hxcomm rank {me}: rail {} to {who} is back after {:.1} s",
@@ -634,6 +633,7 @@ impl Engine {
                 let refused =
                     matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::NotFound);
                 debug!(peer, "shared-memory connect: {e}");
+                self.core.rail_unreachable(peer, 0);
                 if refused {
                     let r = &mut self.peers[peer as usize].rails[0];
                     r.gone = true;
@@ -696,6 +696,7 @@ impl Engine {
             Err(e) => {
                 // Refused (the peer keeps the link it initiated) or failed: retried while wanted.
                 if let Some(o) = self.end_shm_connect(slot) {
+                    self.core.rail_unreachable(o.peer, 0);
                     debug!(peer = o.peer, "shared-memory handshake: {e}");
                 }
             }

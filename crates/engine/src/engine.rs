@@ -573,9 +573,7 @@ impl Engine {
     /// Requests that finished since the last call (possibly repeated; check with
     /// [`take_request`](Self::take_request)).
     pub fn take_finished(&mut self, out: &mut Vec<Request>) {
-        let mut v = Vec::new();
-        self.core.take_finished(&mut v);
-        out.extend(v.into_iter().map(Request));
+        out.extend(self.core.drain_finished().map(Request));
     }
 
     /// A finished request's outcome and buffer, releasing it; `None` while it is pending (or
@@ -892,12 +890,8 @@ impl Engine {
         dirty.sort_unstable();
         dirty.dedup();
         for &p in &dirty {
-            // Connect on first use (and bring back what broke).
-            if self.peers[p as usize]
-                .rails
-                .iter()
-                .any(|r| r.link.is_none() && !r.attempting)
-            {
+            // Connect on first use; housekeeping brings back what breaks later.
+            if !self.peers[p as usize].wanted {
                 self.connect_wanted(p, Instant::now());
             }
             // Rails take turns, one write each, until none can take more: otherwise the first

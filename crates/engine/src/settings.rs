@@ -21,7 +21,7 @@ pub struct Settings {
     pub yield_while_spinning: bool,
     /// HX_NOTSENT_LOWAT: unsent bytes a rail socket may hold.
     pub notsent_lowat: u32,
-    /// HX_CONNECT_TIMEOUT: seconds to wait for all rails to come up.
+    /// HX_CONNECT_TIMEOUT: how long one connection attempt (connect and handshake) may take.
     pub connect_timeout: Duration,
     /// HX_RAIL_TIMEOUT: milliseconds without progress after which a rail counts as broken.
     pub rail_timeout: Duration,

@@ -619,7 +619,12 @@ impl<B: Buffer> Core<B> {
                 claim.to_u64()
             )));
         }
-        let m = self.unexp.get(claim).expect("claimed messages stay held");
+        let Some(m) = self.unexp.get(claim) else {
+            // Its sender failed before all of it arrived (fail_peer freed it).
+            return Err(ProtoError::Invalid(
+                "the claimed message is gone: its sender failed before all of it arrived".into(),
+            ));
+        };
         let (src, tag, ep) = (m.src, m.tag, m.dst_ep);
         let req = self.reqs.insert(Request {
             buf,
@@ -662,9 +667,12 @@ impl<B: Buffer> Core<B> {
     /// Appends the requests that finished since the last call (with tracking on). A request
     /// may appear more than once; look at its completion.
     pub fn take_finished(&mut self, out: &mut Vec<ReqId>) {
-        if let Some(f) = &mut self.finished {
-            out.append(f);
-        }
+        out.extend(self.drain_finished());
+    }
+
+    /// The requests that finished since the last call, without a copy.
+    pub fn drain_finished(&mut self) -> impl Iterator<Item = ReqId> + '_ {
+        self.finished.iter_mut().flat_map(|f| f.drain(..))
     }
 
     /// Peers with frames queued since the last call: the driver should try to write to them.

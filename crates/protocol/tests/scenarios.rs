@@ -455,3 +455,38 @@ mod provider_matching {
         assert!(c.cores[1].probe(1, Some(0), Some(1)).is_some());
     }
 }
+
+mod claims_and_failures {
+    use hx_protocol::sim::Cluster;
+    use hx_protocol::{Config, Filter};
+
+    /// A claimed message whose sender fails before all of it arrived: receiving it is an
+    /// error, never a panic.
+    #[test]
+    fn a_claim_outlived_by_its_partial_message() {
+        let mut c = Cluster::new(2, 1, Config::default(), 11);
+        let _ = c.cores[0].send(1, 0, 0, 9, vec![7u8; 20_000]).unwrap();
+        // Step until the receiver holds the message, but not necessarily all of it.
+        let mut claim = None;
+        for _ in 0..100_000 {
+            if let Some(cl) = c.cores[1].claim(0, Filter::new(None, Some(9))) {
+                claim = Some(cl.0);
+                break;
+            }
+            if !c.step().unwrap() {
+                break;
+            }
+        }
+        let claim = claim.expect("the message never showed up");
+        c.cores[1].fail_peer(0, "test");
+        // Whole or partial when the peer failed: either an error or a request, no panic.
+        match c.cores[1].recv_claimed(claim, vec![0; 20_000]) {
+            Err(e) => assert!(e.to_string().contains("gone"), "{e}"),
+            Ok(req) => assert!(!c.cores[1].is_pending(req)),
+        }
+        assert!(
+            c.cores[1].recv_claimed(claim, vec![0; 1]).is_err(),
+            "claim used twice"
+        );
+    }
+}
