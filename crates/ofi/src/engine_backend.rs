@@ -206,6 +206,12 @@ impl EngineBackend {
         })
     }
 
+    /// Remembers an operation until its completion is reported; returns its id.
+    fn track(&mut self, req: Request, op: Op) -> OpId {
+        self.ops.insert(req.to_u64(), op);
+        req.to_u64()
+    }
+
     fn found(&mut self, st: &hx_engine::Status) -> Found {
         Found {
             src: self.peer_id(st.source, st.src_ep / 2),
@@ -284,15 +290,14 @@ impl Backend for EngineBackend {
                 buf,
             )
             .map_err(|e| err(FI_EINVAL, e))?;
-        self.ops.insert(
-            req.to_u64(),
+        Ok(self.track(
+            req,
             Op {
                 is_recv: false,
                 cap: 0,
                 discard: false,
             },
-        );
-        Ok(req.to_u64())
+        ))
     }
 
     unsafe fn recv(
@@ -310,15 +315,14 @@ impl Backend for EngineBackend {
             .eng_mut()
             .irecv_filtered(engine_eps(ep, tagged), filter, EngineBuf::Raw { ptr, len })
             .map_err(|e| err(FI_EINVAL, e))?;
-        self.ops.insert(
-            req.to_u64(),
+        Ok(self.track(
+            req,
             Op {
                 is_recv: true,
                 cap: len,
                 discard: false,
             },
-        );
-        Ok(req.to_u64())
+        ))
     }
 
     fn peek(
@@ -377,15 +381,14 @@ impl Backend for EngineBackend {
             .eng_mut()
             .irecv_claimed(claim, EngineBuf::Raw { ptr, len })
             .map_err(|e| err(FI_EINVAL, e))?;
-        self.ops.insert(
-            req.to_u64(),
+        Ok(self.track(
+            req,
             Op {
                 is_recv: true,
                 cap: len,
                 discard: false,
             },
-        );
-        Ok(req.to_u64())
+        ))
     }
 
     fn discard_claimed(&mut self, claim: u64) -> Result<Found, BackendError> {
@@ -397,8 +400,8 @@ impl Backend for EngineBackend {
             .eng_mut()
             .discard_claimed(claim)
             .map_err(|e| err(FI_EINVAL, e))?;
-        self.ops.insert(
-            req.to_u64(),
+        self.track(
+            req,
             Op {
                 is_recv: true,
                 cap: 0,
