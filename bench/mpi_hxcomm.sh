@@ -4,7 +4,7 @@
 # hosts x 4 rails at 1 Gbit/s), same run; bench/mpi_osu.c bw and bibw at 4 MiB (window 64) and
 # 8-byte latency; RUNS runs each (default 3), medians printed. As root, one benchmark at a time:
 #   flock /tmp/hxcomm-bench.lock bash bench/mpi_hxcomm.sh
-# RATE (default 1gbit; e.g. 1gbit,1gbit,2gbit,4gbit or none), TESTS (mpi_osu arguments) and
+# RAILS (default 4), RATE (default 1gbit; e.g. 1gbit,1gbit,2gbit,4gbit or none), TESTS (mpi_osu arguments) and
 # CONFIGS (default "hxcomm btl_tcp ofi_tcp") narrow it down.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ runs=${RUNS:-3}
 B=$PWD/target/release/hxcomm
 name=hxm
 cargo build --release --workspace >/dev/null 2>&1 || { echo "build failed"; exit 1; }
-$B net up --name $name --hosts 2 --rails 4 --rate "${RATE:-1gbit}" >/dev/null || exit 1
+$B net up --name $name --hosts 2 --rails "${RAILS:-4}" --rate "${RATE:-1gbit}" >/dev/null || exit 1
 trap '$B net down --name $name >/dev/null' EXIT
 sleep 1
 st=$($B net status --name $name --json)
@@ -25,7 +25,7 @@ common=(-np 2 --host ${name}0,${name}1 --map-by node --bind-to none
   --mca plm_rsh_agent "$PWD/bench/netns-rsh" --mca oob_tcp_if_include "$mgmt_net")
 declare -A cfg
 cfg[hxcomm]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include hxcomm -x FI_PROVIDER_PATH=$PWD/target/release"
-cfg[btl_tcp]="--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include r0,r1,r2,r3"
+cfg[btl_tcp]="--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include $(seq -s, -f "r%g" 0 $((${RAILS:-4} - 1)))"
 cfg[ofi_tcp]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_exclude none -x FI_PROVIDER=tcp -x FI_TCP_IFACE=r0"
 for label in ${CONFIGS:-hxcomm btl_tcp ofi_tcp}; do
   for r in $(seq 1 "$runs"); do

@@ -1,5 +1,6 @@
 //! `hxcomm bench compare`: hxcomm side by side with raw TCP (iperf3, busy-polling sockperf) and,
-//! with `--mpi`, Open MPI and MPICH, over the same testbed rails in one run.
+//! with `--mpi`, Open MPI (its own btl/tcp, and over hxcomm's libfabric provider) and MPICH, over
+//! the same testbed rails in one run.
 //!
 //! Run as root, not under `hxcomm run`: for each rail count it brings up (or reuses) the testbed
 //! `--name` (2 hosts), measures every tool `--runs` times, interleaved, and prints a table of
@@ -127,6 +128,22 @@ struct Mpi {
     tool: &'static str,
     label: &'static str,
     bin: PathBuf,
+    /// For Open MPI over hxcomm: the directory holding the provider (FI_PROVIDER_PATH).
+    provider_dir: Option<PathBuf>,
+}
+
+/// Where the hxcomm libfabric provider is: FI_PROVIDER_PATH if set, else beside this binary
+/// (target/release after `cargo build --release --workspace`).
+fn provider_dir(exe: &Path) -> Option<PathBuf> {
+    let dirs: Vec<PathBuf> = match std::env::var_os("FI_PROVIDER_PATH") {
+        Some(p) => std::env::split_paths(&p).collect(),
+        None => exe.parent().map(Path::to_path_buf).into_iter().collect(),
+    };
+    dirs.into_iter().find(|d| {
+        ["libhxcomm_fi.so", "libhxcomm-fi.so"]
+            .iter()
+            .any(|f| d.join(f).is_file())
+    })
 }
 
 /// Takes the testbed down and removes the scratch directory when dropped (unless `--keep`).
@@ -205,7 +222,7 @@ pub fn run(o: &CompareOpts) -> Result<(), String> {
     install(&pkgs)?;
     let mut mpis = Vec::new();
     if o.mpi {
-        mpis = build_mpi(&dir)?;
+        mpis = build_mpi(&dir, &exe)?;
     }
     let policies: Vec<Option<&'static str>> = if o.all_policies {
         POLICIES.iter().map(|p| Some(*p)).collect()
@@ -283,8 +300,9 @@ fn install(pkgs: &[(&str, &str)]) -> Result<(), String> {
 }
 
 /// Writes bench/mpi_osu.c and bench/netns-rsh (embedded in the binary) to `dir` and compiles the
-/// benchmark with each MPI's compiler. An MPI whose build fails is reported and left out.
-fn build_mpi(dir: &Path) -> Result<Vec<Mpi>, String> {
+/// benchmark with each MPI's compiler. An MPI whose build fails is reported and left out; so is
+/// Open MPI over hxcomm when the provider is not found.
+fn build_mpi(dir: &Path, exe: &Path) -> Result<Vec<Mpi>, String> {
     use std::os::unix::fs::PermissionsExt;
     let src = dir.join("mpi_osu.c");
     std::fs::write(&src, MPI_OSU_C).map_err(|e| format!("{}: {e}", src.display()))?;
@@ -301,7 +319,28 @@ fn build_mpi(dir: &Path) -> Result<Vec<Mpi>, String> {
         let mut c = Command::new(cc);
         c.arg("-O2").arg("-o").arg(&bin).arg(&src);
         match proc::run(c, Duration::from_secs(120)).and_then(|d| d.into_stdout(cc)) {
-            Ok(_) => v.push(Mpi { tool, label, bin }),
+            Ok(_) => {
+                v.push(Mpi {
+                    tool,
+                    label,
+                    bin: bin.clone(),
+                    provider_dir: None,
+                });
+                if tool == "openmpi" {
+                    match provider_dir(exe) {
+                        Some(d) => v.push(Mpi {
+                            tool: "ompi-hxcomm",
+                            label: "OMPI+hxcomm",
+                            bin,
+                            provider_dir: Some(d),
+                        }),
+                        None => eprintln!(
+                            "compare: Open MPI over hxcomm left out: no libhxcomm_fi.so in FI_PROVIDER_PATH or beside {} (cargo build --release --workspace)",
+                            exe.display()
+                        ),
+                    }
+                }
+            }
             Err(e) => eprintln!("compare: {label} left out: {e}"),
         }
     }
@@ -710,7 +749,7 @@ fn mpi(cx: &Ctx, r: usize, m: &Mpi) -> Result<Vec<parse::MpiLine>, String> {
     let rsh = cx.dir.join("netns-rsh");
     let status = net_status(cx).ok_or("hxcomm net status failed")?;
     let mut c;
-    if m.tool == "openmpi" {
+    if m.tool == "openmpi" || m.tool == "ompi-hxcomm" {
         let mgmt_net = status["mgmt_net"]
             .as_str()
             .ok_or("no mgmt_net in net status")?;
@@ -719,11 +758,20 @@ fn mpi(cx: &Ctx, r: usize, m: &Mpi) -> Result<Vec<parse::MpiLine>, String> {
             .args(["--map-by", "node", "--bind-to", "none"])
             .args(["--mca", "plm_rsh_agent"])
             .arg(&rsh)
-            .args(["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"])
-            .args(["--mca", "btl_tcp_if_include", &devs])
             .args(["--mca", "oob_tcp_if_include", mgmt_net])
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        match &m.provider_dir {
+            // The provider leaves the management network out by itself and takes every rail.
+            Some(d) => c
+                .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+                .args(["--mca", "mtl_ofi_provider_include", "hxcomm"])
+                .arg("-x")
+                .arg(format!("FI_PROVIDER_PATH={}", d.display())),
+            None => c
+                .args(["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"])
+                .args(["--mca", "btl_tcp_if_include", &devs]),
+        };
     } else {
         let mgmt_addr = status["mgmt_addr"]
             .as_str()
@@ -812,6 +860,40 @@ fn markdown(rows: &[Vec<String>]) -> String {
 }
 
 /// The summary table of `r` rails (and, with `--json`, one summary object per row).
+/// The bars for Open MPI over hxcomm (issue 8): bandwidth >= 99% of iperf3; on unlimited rails
+/// 8-byte latency <= 1.1x hxcomm's own and below Open MPI's btl/tcp.
+fn provider_verdicts(
+    cx: &Ctx,
+    t: Test,
+    r: usize,
+    hx: Option<f64>,
+    raw: Option<f64>,
+    prov: Option<f64>,
+) -> Vec<String> {
+    let mut v = Vec::new();
+    let Some(p) = prov else { return v };
+    if t == Test::Latency {
+        if cx.nominal(r).is_some() {
+            return v;
+        }
+        if let Some(x) = ratio(prov, hx) {
+            let ok = if x <= 1.1 { "ok" } else { "MISS" };
+            v.push(format!("OMPI+hxcomm <= 1.1x hxcomm: {ok} ({x:.2}x)"));
+        }
+        if let (Some(o), true) = (
+            med(cx, "openmpi", None, t, r).0,
+            cx.mpis.iter().any(|m| m.tool == "openmpi"),
+        ) {
+            let ok = if p < o { "ok" } else { "MISS" };
+            v.push(format!("OMPI+hxcomm below Open MPI: {ok}"));
+        }
+    } else if let Some(x) = ratio(prov, raw) {
+        let ok = if x >= 0.99 { "ok" } else { "MISS" };
+        v.push(format!("OMPI+hxcomm >= 99% raw: {ok} ({:.1}%)", x * 100.0));
+    }
+    v
+}
+
 fn table(cx: &Ctx, r: usize) -> String {
     let nominal = cx.nominal(r);
     // The single-rail wire figure: iperf3 at 1 rail in this run, else the single-stream run.
@@ -921,6 +1003,15 @@ fn table(cx: &Ctx, r: usize) -> String {
                 let (mv, _) = med(cx, m.tool, None, t, r);
                 row.push(fmt(mv, prec));
                 js[m.tool] = json!(mv);
+                if m.provider_dir.is_some() {
+                    verdicts.extend(provider_verdicts(cx, t, r, hx, raw, mv));
+                    row.push(if t == Test::Latency {
+                        times(ratio(hx, mv))
+                    } else {
+                        pct(ratio(hx, mv))
+                    });
+                    continue;
+                }
                 if t == Test::Latency {
                     row.push(times(ratio(hx, mv)));
                     if let (Some(h), Some(v)) = (hx, mv) {
