@@ -14,6 +14,10 @@
  *     cpu_s_per_gb=0.51 host0=NAME host1=NAME
  * where MB = 10^6 bytes and cpu_s is the user+system time of both ranks over the timed loop.
  *
+ * With MPI_OSU_VALIDATE=1 in the environment, bw and bibw send a different pattern from each
+ * window slot, stamped with the iteration, into a buffer per slot, and the receiver checks every
+ * byte of every message (a mismatch aborts with exit status 4); the figure then includes the check.
+ *
  * Build: mpicc.openmpi -O2 -o mpi_osu.openmpi mpi_osu.c (or mpicc.mpich).
  */
 #include <mpi.h>
@@ -84,12 +88,58 @@ static double run_latency(const struct test *t, int rank, char *sbuf, char *rbuf
     return MPI_Wtime() - start;
 }
 
+/* Validation: slot w's message carries pattern byte k = (k * 131 + w * 29 + (k >> 12)) & 0xff,
+ * except its first 8 bytes, which carry the iteration. */
+static void fill_slot(unsigned char *b, long bytes, int w)
+{
+    for (long k = 0; k < bytes; k++)
+        b[k] = (unsigned char)((k * 131 + w * 29 + (k >> 12)) & 0xff);
+}
+
+static void stamp(unsigned char *b, long bytes, long i)
+{
+    if (bytes >= 8)
+        memcpy(b, &i, 8);
+}
+
+static void check_slot(const unsigned char *got, const unsigned char *want, long bytes, int w,
+                       long i)
+{
+    long bad = -1;
+    if (bytes >= 8 && memcmp(got, &i, 8))
+        bad = 0;
+    else if (bytes > 8 && memcmp(got + 8, want + 8, (size_t)bytes - 8))
+        for (long k = 8; k < bytes && bad < 0; k++)
+            if (got[k] != want[k])
+                bad = k;
+    if (bad >= 0) {
+        fprintf(stderr, "mpi_osu: VALIDATION FAILED: iteration %ld slot %d byte %ld\n", i, w, bad);
+        MPI_Abort(MPI_COMM_WORLD, 4);
+    }
+}
+
 static double run_bw(const struct test *t, int rank, int bidir, char *sbuf, char *rbuf,
                      MPI_Request *reqs, MPI_Status *stats)
 {
     int peer = 1 - rank;
     int sends = bidir || rank == 0, recvs = bidir || rank == 1;
     char ack[4] = {0};
+    const char *v = getenv("MPI_OSU_VALIDATE");
+    int validate = v && *v && strcmp(v, "0");
+    unsigned char **sb = NULL, **rb = NULL;
+    if (validate) {
+        sb = calloc((size_t)t->window, sizeof *sb);
+        rb = calloc((size_t)t->window, sizeof *rb);
+        for (int w = 0; sb && rb && w < t->window; w++) {
+            sb[w] = malloc((size_t)t->bytes + 1);
+            rb[w] = malloc((size_t)t->bytes + 1);
+            if (!sb[w] || !rb[w])
+                MPI_Abort(MPI_COMM_WORLD, 3);
+            fill_slot(sb[w], t->bytes, w);
+        }
+        if (!sb || !rb)
+            MPI_Abort(MPI_COMM_WORLD, 3);
+    }
     double start = MPI_Wtime();
     for (int i = 0; i < t->iters + t->warmup; i++) {
         int n = 0;
@@ -97,13 +147,20 @@ static double run_bw(const struct test *t, int rank, int bidir, char *sbuf, char
             start = MPI_Wtime();
         if (recvs)
             for (int w = 0; w < t->window; w++)
-                MPI_Irecv(rbuf, (int)t->bytes, MPI_CHAR, peer, TAG_DATA, MPI_COMM_WORLD,
-                          &reqs[n++]);
+                MPI_Irecv(validate ? (char *)rb[w] : rbuf, (int)t->bytes, MPI_CHAR, peer,
+                          TAG_DATA, MPI_COMM_WORLD, &reqs[n++]);
         if (sends)
-            for (int w = 0; w < t->window; w++)
-                MPI_Isend(sbuf, (int)t->bytes, MPI_CHAR, peer, TAG_DATA, MPI_COMM_WORLD,
-                          &reqs[n++]);
+            for (int w = 0; w < t->window; w++) {
+                if (validate)
+                    stamp(sb[w], t->bytes, i);
+                MPI_Isend(validate ? (char *)sb[w] : sbuf, (int)t->bytes, MPI_CHAR, peer,
+                          TAG_DATA, MPI_COMM_WORLD, &reqs[n++]);
+            }
         MPI_Waitall(n, reqs, stats);
+        if (validate && recvs)
+            /* sb[w] holds slot w's pattern on both sides (stamped only where it is sent). */
+            for (int w = 0; w < t->window; w++)
+                check_slot(rb[w], sb[w], t->bytes, w, i);
         if (!bidir) {
             if (rank == 1)
                 MPI_Send(ack, 4, MPI_CHAR, peer, TAG_ACK, MPI_COMM_WORLD);
@@ -111,7 +168,16 @@ static double run_bw(const struct test *t, int rank, int bidir, char *sbuf, char
                 MPI_Recv(ack, 4, MPI_CHAR, peer, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         }
     }
-    return MPI_Wtime() - start;
+    double secs = MPI_Wtime() - start;
+    if (validate) {
+        for (int w = 0; w < t->window; w++) {
+            free(sb[w]);
+            free(rb[w]);
+        }
+        free(sb);
+        free(rb);
+    }
+    return secs;
 }
 
 int main(int argc, char **argv)

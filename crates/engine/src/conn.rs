@@ -433,7 +433,7 @@ impl Engine {
         if link.polled() {
             self.polled.push((peer, rail));
         }
-        let me = self.core.rank();
+        let whoami = self.whoami();
         let who = self.who(peer);
         let r = &mut self.peers[peer as usize].rails[rail];
         r.link = Some(link);
@@ -442,7 +442,7 @@ impl Engine {
         r.gone = false;
         if let Some(since) = r.down_since.take() {
             info!(
-                "hxcomm rank {me}: rail {} to {who} is back after {:.1} s",
+                "hxcomm {whoami}: rail {} to {who} is back after {:.1} s",
                 r.label,
                 since.elapsed().as_secs_f64()
             );
@@ -557,9 +557,10 @@ impl Engine {
     /// An authenticated connection: which peer and rail, and does it become the rail?
     fn incoming_rail(&mut self, pc: &mut PendingConn, hello: &hx_wire::Hello) {
         let me = self.core.rank();
+        let whoami = self.whoami();
         let refuse = |why: &str, pc: &mut PendingConn| {
             warn!(
-                "hxcomm rank {me}: closing connection from {} ({}): {why}",
+                "hxcomm {whoami}: closing connection from {} ({}): {why}",
                 pc.from, hello.from
             );
         };
@@ -612,8 +613,8 @@ impl Engine {
         if let Some(pc) = self.pending[slot].take() {
             self.poller.remove(pc.stream.as_raw_fd());
             warn!(
-                "hxcomm rank {}: closed connection from {}: {why}",
-                self.core.rank(),
+                "hxcomm {}: closed connection from {}: {why}",
+                self.whoami(),
                 pc.from
             );
         }
@@ -731,10 +732,7 @@ impl Engine {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    warn!(
-                        "hxcomm rank {}: shared-memory accept: {e}",
-                        self.core.rank()
-                    );
+                    warn!("hxcomm {}: shared-memory accept: {e}", self.whoami());
                     return;
                 }
             }
@@ -742,7 +740,7 @@ impl Engine {
     }
 
     pub(crate) fn advance_shm_accept(&mut self, slot: usize) {
-        let me = self.core.rank();
+        let whoami = self.whoami();
         let Some(i) = self.shm_in.get_mut(slot).and_then(|c| c.as_mut()) else {
             return;
         };
@@ -752,7 +750,7 @@ impl Engine {
             Err(e) => {
                 let i = self.shm_in[slot].take().unwrap();
                 self.poller.remove(i.a.fd());
-                warn!("hxcomm rank {me}: refused a shared-memory connection: {e}");
+                warn!("hxcomm {whoami}: refused a shared-memory connection: {e}");
                 return;
             }
         };
@@ -782,14 +780,14 @@ impl Engine {
                 }
             }
             None => {
-                warn!("hxcomm rank {me}: refusing shared memory from process {instance:x}: not of this job");
+                warn!("hxcomm {whoami}: refusing shared memory from process {instance:x}: not of this job");
                 return;
             }
         };
         let r = match self.peers[peer as usize].rails.first() {
             Some(r) if self.peers[peer as usize].shm => r,
             _ => {
-                warn!("hxcomm rank {me}: refusing unexpected shared-memory link from peer {peer}");
+                warn!("hxcomm {whoami}: refusing unexpected shared-memory link from peer {peer}");
                 return;
             }
         };
@@ -803,11 +801,21 @@ impl Engine {
                     warn!("shared memory from peer {peer}: {e}");
                 }
             }
-            Err(e) => warn!("hxcomm rank {me}: shared memory from peer {peer}: {e}"),
+            Err(e) => warn!("hxcomm {whoami}: shared memory from peer {peer}: {e}"),
         }
     }
 
     // ---- failures and housekeeping ----
+
+    /// How messages name this process: its rank in a launched job, else its pid (every process
+    /// is peer 0 to itself outside a launched job).
+    pub(crate) fn whoami(&self) -> String {
+        if self.open_to_unknown {
+            format!("pid {}", std::process::id())
+        } else {
+            format!("rank {}", self.core.rank())
+        }
+    }
 
     /// How messages name a peer: its rank in a launched job, else its number and address.
     pub(crate) fn who(&self, peer: Rank) -> String {
@@ -822,13 +830,13 @@ impl Engine {
 
     /// Every rail to `peer` is down and the peer itself closed or refused them: it has exited.
     pub(crate) fn check_peer_gone(&mut self, peer: Rank, why: &str, label: &str) {
-        let me = self.core.rank();
+        let whoami = self.whoami();
         let who = self.who(peer);
         let s = &self.peers[peer as usize];
         let all_down = s.rails.iter().all(|r| r.link.is_none());
         let all_gone = s.rails.iter().all(|r| r.gone);
         if all_down && all_gone && self.core.peer_failed(peer).is_none() {
-            error!("hxcomm rank {me}: {who} closed its connections ({why} on rail {label}); it has exited or crashed");
+            error!("hxcomm {whoami}: {who} closed its connections ({why} on rail {label}); it has exited or crashed");
             self.core.fail_peer(
                 peer,
                 &format!("{who} closed its connections without finishing ({why} on rail {label})"),
@@ -876,6 +884,7 @@ impl Engine {
             return;
         }
         let me = self.core.rank();
+        let whoami = self.whoami();
         for peer in 0..self.peers.len() as Rank {
             let p = peer as usize;
             if peer == me || !self.peers[p].wanted || self.core.peer_failed(peer).is_some() {
@@ -887,7 +896,7 @@ impl Engine {
                 let since = s.rails.iter().filter_map(|r| r.down_since).max();
                 if since.is_some_and(|t| now.duration_since(t) > self.settings.rank_timeout) {
                     error!(
-                        "hxcomm rank {me}: no rail to {} for {:?}; giving up on it",
+                        "hxcomm {whoami}: no rail to {} for {:?}; giving up on it",
                         self.who(peer),
                         self.settings.rank_timeout
                     );

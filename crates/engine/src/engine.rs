@@ -755,6 +755,29 @@ impl Engine {
         Ok(())
     }
 
+    /// For callers that poll in a loop (the libfabric provider's fi_cq_read, which Open MPI calls
+    /// without pause while it waits): like [`progress`](Self::progress), but a round that finds
+    /// nothing to do while bulk data is in flight over sockets waits up to `HX_BULK_WAIT_US`
+    /// (default 1 ms, rounded up to whole ms) in epoll for it. The socket buffers absorb the
+    /// wakeup, so bandwidth stays and the CPU that spinning burns between segments is saved;
+    /// a reply or any other socket event ends the wait at once.
+    pub fn progress_polled(&mut self) -> Result<(), Error> {
+        let work = self.progress_once(0)?;
+        if work > 0 {
+            return Ok(());
+        }
+        let wait = self.settings.bulk_wait;
+        if !wait.is_zero() && self.polled.is_empty() && self.core.bulk_bytes() >= BULK_SLEEP {
+            let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+            self.progress_once(ms)?;
+            return Ok(());
+        }
+        if !self.arm_polled() {
+            self.progress_once(0)?;
+        }
+        Ok(())
+    }
+
     /// Asks every polled (shared-memory) link to signal its fd when data arrives; false if some
     /// link already has data.
     fn arm_polled(&mut self) -> bool {
@@ -882,9 +905,9 @@ impl Engine {
             }
             if let Some(e) = err {
                 warn!(
-                    "hxcomm rank {}: direct copy to rank {} not possible ({e}); large messages to it go through the shared-memory ring",
-                    self.core.rank(),
-                    w.peer
+                    "hxcomm {}: direct copy to {} not possible ({e}); large messages to it go through the shared-memory ring",
+                    self.whoami(),
+                    self.who(w.peer)
                 );
             }
             self.core.direct_done(w, done == w.len);
@@ -965,6 +988,9 @@ impl Engine {
                 Err(e) => {
                     let by_peer =
                         matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset);
+                    // A peer that finished in order left its Bye behind before closing: read
+                    // it first, or its orderly exit looks like a crash.
+                    self.read_rail_to_end(peer, rail);
                     self.rail_down(peer, rail, &format!("write failed: {e}"), by_peer);
                     return made;
                 }
@@ -1038,7 +1064,7 @@ impl Engine {
         self.poller.remove(link.fd());
         drop(link);
         let label = self.peers[p].rails[rail].label.clone();
-        let me = self.core.rank();
+        let whoami = self.whoami();
         if self.core.bye_received(peer, rail) || self.finalizing {
             debug!(peer, rail = %label, why, "rail closed in order");
             return;
@@ -1058,7 +1084,7 @@ impl Engine {
         self.check_peer_gone(peer, why, &label);
         if self.core.peer_failed(peer).is_none() {
             warn!(
-                "hxcomm rank {me}: rail {label} to {} failed ({why}); its traffic moves to the other rails",
+                "hxcomm {whoami}: rail {label} to {} failed ({why}); its traffic moves to the other rails",
                 self.who(peer)
             );
         }

@@ -19,6 +19,9 @@ pub struct Settings {
     pub spin: Duration,
     /// HX_YIELD: yield the CPU while spinning (default: when ranks here outnumber cores).
     pub yield_while_spinning: bool,
+    /// HX_BULK_WAIT_US: how long a polling caller ([`Engine::progress_polled`]) that finds
+    /// nothing to do waits in epoll while bulk data is in flight over sockets (0: never).
+    pub bulk_wait: Duration,
     /// HX_NOTSENT_LOWAT: unsent bytes a rail socket may hold.
     pub notsent_lowat: u32,
     /// HX_CONNECT_TIMEOUT: how long one connection attempt (connect and handshake) may take.
@@ -128,6 +131,7 @@ impl Settings {
             loopback_rails,
             spin: Duration::from_micros(num(var, "HX_SPIN_US", 200u64)?),
             yield_while_spinning,
+            bulk_wait: Duration::from_micros(num(var, "HX_BULK_WAIT_US", 1000u64)?),
             notsent_lowat: size(var, "HX_NOTSENT_LOWAT", 128 * 1024)? as u32,
             connect_timeout: Duration::from_secs(num(var, "HX_CONNECT_TIMEOUT", 30u64)?),
             rail_timeout: Duration::from_millis(num(var, "HX_RAIL_TIMEOUT", 1000u64)?.max(1)),

@@ -423,7 +423,11 @@ impl Backend for EngineBackend {
     }
 
     fn progress(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
-        self.eng_mut().progress().map_err(|e| err(FI_EIO, e))?;
+        // Consumers poll the CQ in a loop: while bulk data is in flight, wait for it briefly
+        // in epoll rather than spin (HX_BULK_WAIT_US).
+        self.eng_mut()
+            .progress_polled()
+            .map_err(|e| err(FI_EIO, e))?;
         let mut finished = std::mem::take(&mut self.finished);
         self.eng_mut().take_finished(&mut finished);
         for req in finished.drain(..) {

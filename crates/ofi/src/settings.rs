@@ -10,6 +10,7 @@ pub const SETTINGS: &[(&str, &str)] = &[
     ("direct", "1 (default): same-host rendezvous messages are copied once into the receiver (process_vm_writev); 0: through the ring"),
     ("loopback_rails", "with HX_TRANSPORTS=tcp: TCP connections per peer between ranks of one host (default 1)"),
     ("spin_us", "microseconds a waiting call polls before it sleeps (default 200)"),
+    ("bulk_wait_us", "microseconds a CQ read that finds nothing waits in epoll while bulk data is in flight over sockets, instead of returning at once (default 1000; 0: never; a reply ends the wait at once)"),
     ("yield", "yield the CPU while spinning, 1 or 0 (default: when the host runs more ranks than cores)"),
     ("eager_limit", "messages up to this size are sent at once, larger ones by rendezvous (default 32k; same on all ranks)"),
     ("chunk", "largest data frame of a striped message (default 256k)"),
@@ -123,7 +124,7 @@ mod tests {
 
     #[test]
     fn every_setting_has_both_names() {
-        assert_eq!(SETTINGS.len(), 16);
+        assert_eq!(SETTINGS.len(), 17);
         assert_eq!(fi_var("job_secret"), "FI_HXCOMM_JOB_SECRET");
         assert!(help("policy", "x").starts_with("Another name for HX_POLICY"));
     }
