@@ -283,4 +283,12 @@ impl Bootstrap for KvClient {
             r => Err(self.unexpected(r)),
         }
     }
+
+    /// The server's address, unless it is on loopback (one host: no management network).
+    fn management_ip(&self) -> Option<std::net::Ipv4Addr> {
+        match self.addr {
+            SocketAddr::V4(a) if !a.ip().is_loopback() => Some(*a.ip()),
+            _ => None,
+        }
+    }
 }

@@ -3,9 +3,11 @@
 //! Why it is built this way: ranks need a few small facts about each other (rail addresses, ports)
 //! before any rail exists, so the launcher runs a tiny TCP key-value service ([`KvServer`]) and hands
 //! every rank its address and a per-job secret in the environment ([`from_env`]). Everything a rank
-//! does with it goes through the small [`Bootstrap`] trait (put / get / fence), so that PMI (Hydra,
-//! Slurm) or an ssh-based launcher can be added later without touching the engine. A program started
-//! without the launcher gets [`Singleton`] (rank 0 of 1) and still works.
+//! does with it goes through the small [`Bootstrap`] trait (put / get / fence), so other launchers
+//! plug in without touching the engine: under a PMI-1 launcher (MPICH's Hydra `mpiexec`, Slurm's
+//! `srun --mpi=pmi2`) the same trait is served by [`PmiClient`] ([`pmi`] holds its line codec). A
+//! program started without a launcher gets [`Singleton`] (rank 0 of 1) and still works.
+//! [`join_from_env`] picks one of them and the job secret ([`from_env`]: the bootstrap alone).
 //!
 //! The service listens on loopback or on the testbed's management network only, and it trusts
 //! nobody: every connection must prove it knows the job secret (HMAC over a fresh nonce, compared in
@@ -14,16 +16,21 @@
 //! engine for rail handshakes.
 
 mod client;
+pub mod pmi;
+mod pmi_client;
 mod server;
 pub mod wire;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use client::KvClient;
+pub use pmi_client::{management_ip, parse_pmi_env, PmiClient, PmiConfig, PmiEndpoint};
 pub use server::KvServer;
 pub use wire::{decode_request, decode_response, DecodeError, Request, Response};
 
@@ -94,6 +101,13 @@ pub enum BootstrapError {
         rank: u32,
         msg: String,
     },
+    /// The PMI server (`server`: `PMI_FD=6`, `PMI_PORT=host:port`) failed, answered out of
+    /// protocol, refused a request, or did not know a key.
+    Pmi {
+        rank: Option<u32>,
+        server: String,
+        msg: String,
+    },
     /// A secret is not 64 hex characters.
     BadSecret(String),
     /// An argument is out of range (rank >= size, a wildcard bind address, ...).
@@ -160,6 +174,12 @@ impl fmt::Display for BootstrapError {
             Server { addr, rank, msg } => {
                 write!(f, "bootstrap server {addr} refused a request of rank {rank}: {msg}")
             }
+            Pmi { rank, server, msg } => {
+                if let Some(r) = rank {
+                    write!(f, "rank {r}: ")?;
+                }
+                write!(f, "PMI server ({server}): {msg}")
+            }
             BadSecret(msg) => write!(f, "bad job secret: {msg}"),
             Invalid(msg) => write!(f, "{msg}"),
         }
@@ -188,6 +208,11 @@ pub trait Bootstrap: Send {
     fn get(&mut self, key: &str) -> Result<String, BootstrapError>;
     /// Returns when all `size` ranks have called fence the same number of times.
     fn fence(&mut self) -> Result<(), BootstrapError>;
+    /// An address on the launcher's management network as this bootstrap knows it (the
+    /// interface holding it is left out of the rails); `None`: unknown.
+    fn management_ip(&self) -> Option<Ipv4Addr> {
+        None
+    }
 }
 
 /// The bootstrap of a program started without the launcher: rank 0 of 1, with a local map.
@@ -255,19 +280,238 @@ pub(crate) fn check_key_value(key: &str, value: Option<&str>) -> Result<(), Boot
     Ok(())
 }
 
-/// Reads `HX_RANK`, `HX_SIZE`, `HX_BOOTSTRAP` (ip:port) and `HX_JOB_SECRET` (64 hex characters) and
-/// connects to the launcher's service. If none of them is set, returns [`Singleton`]. If some but not
-/// all are set, or one is malformed, the error names the variable.
+/// The bootstrap the environment describes, one of three, in this order:
+///
+/// 1. `hxcomm run`'s variables: if any of `HX_RANK`, `HX_SIZE`, `HX_BOOTSTRAP` is set, all of them
+///    and `HX_JOB_SECRET` must be ([`parse_env`]), and this connects to the launcher's service
+///    ([`KvClient`]). They win over PMI's, so `hxcomm run` works even inside an `mpiexec`.
+/// 2. A PMI-1 launcher's ([`parse_pmi_env`]): `PMI_FD` (an inherited socket; Hydra's default, and
+///    Slurm's `srun --mpi=pmi2`) with `PMI_RANK` and `PMI_SIZE`, or `PMI_PORT=host:port` (Hydra's
+///    `-pmi-port`) with `PMI_ID` (or `PMI_RANK` and `PMI_SIZE`): a [`PmiClient`], which finalizes
+///    when dropped.
+/// 3. Neither: [`Singleton`] (rank 0 of 1). `HX_JOB_SECRET` alone is an error (it is meant for
+///    one of the above).
+///
+/// A variable of the chosen kind that is missing or malformed is an error naming it.
+/// `HX_BOOTSTRAP_TIMEOUT` bounds every wait in 1 and 2. [`join_from_env`] also finds the job
+/// secret, which under PMI may come through PMI itself.
 pub fn from_env() -> Result<Box<dyn Bootstrap>, BootstrapError> {
-    let get = |name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
-    match parse_env(get)? {
-        None => Ok(Box::new(Singleton::new())),
-        Some(cfg) => {
-            let mut client = KvClient::connect(cfg.addr, cfg.rank, cfg.size, &cfg.secret)?;
-            client.set_timeout(cfg.timeout);
-            Ok(Box::new(client))
+    Ok(match choose(&env_lookup)? {
+        Chosen::Singleton => Box::new(Singleton::new()),
+        Chosen::Kv(cfg) => Box::new(kv_connect(&cfg)?),
+        Chosen::Pmi(cfg) => Box::new(PmiClient::connect(&cfg)?),
+    })
+}
+
+/// Which bootstrap the environment asks for (see [`from_env`]).
+enum Chosen {
+    Singleton,
+    Kv(EnvConfig),
+    Pmi(PmiConfig),
+}
+
+fn choose(get: &dyn Fn(&str) -> Option<String>) -> Result<Chosen, BootstrapError> {
+    let launcher = [ENV_RANK, ENV_SIZE, ENV_BOOTSTRAP]
+        .iter()
+        .any(|v| get(v).is_some());
+    if !launcher {
+        if let Some(cfg) = parse_pmi_env(get)? {
+            return Ok(Chosen::Pmi(cfg));
         }
     }
+    Ok(match parse_env(get)? {
+        None => Chosen::Singleton,
+        Some(cfg) => Chosen::Kv(cfg),
+    })
+}
+
+fn kv_connect(cfg: &EnvConfig) -> Result<KvClient, BootstrapError> {
+    let mut client = KvClient::connect(cfg.addr, cfg.rank, cfg.size, &cfg.secret)?;
+    client.set_timeout(cfg.timeout);
+    Ok(client)
+}
+
+fn env_lookup(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// Where this process stands in its job: its bootstrap and the job secret. See [`join_from_env`].
+pub struct Join {
+    pub bootstrap: Box<dyn Bootstrap>,
+    /// The secret rails and the bootstrap prove knowledge of (all zero in a job of one rank
+    /// started without a launcher, as before PMI).
+    pub secret: Secret,
+    /// Confirms the start-up; see [`Startup::done`].
+    pub startup: Startup,
+}
+
+impl fmt::Debug for Join {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Join")
+            .field("rank", &self.bootstrap.rank())
+            .field("size", &self.bootstrap.size())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The end of a job's start-up, for a launcher that must be told how a process leaves.
+///
+/// Under PMI, a process that leaves without finalize makes Hydra stop the whole job at once,
+/// while one that finalized and then fails leaves the others waiting. So until [`Startup::done`]
+/// is called, a [`PmiClient`] that is dropped (because joining failed) does not finalize: its
+/// socket stays open until the process exits, and the launcher then stops the job. After it, the
+/// client finalizes when dropped (the end of the program). Other bootstraps ignore it.
+#[derive(Debug)]
+pub struct Startup {
+    finalize_on_drop: Option<Arc<AtomicBool>>,
+}
+
+impl Startup {
+    /// The job has started (every address exchanged): from now on leaving is a clean end.
+    pub fn done(self) {
+        if let Some(f) = self.finalize_on_drop {
+            f.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Joins the job the environment describes ([`from_env`] says which bootstrap): the bootstrap,
+/// and the job secret:
+///
+/// - `hxcomm run`: `HX_JOB_SECRET` (all zero in a job of one rank, which has no peers).
+/// - PMI: `HX_JOB_SECRET` if it is set (the same for every rank, e.g. `mpiexec -genv
+///   HX_JOB_SECRET ...`); otherwise rank 0 makes a random one and publishes it through PMI (put,
+///   fence, get), which only the job's processes reach. Either way all ranks take part in one
+///   fence, and a rank whose `HX_JOB_SECRET` differs from rank 0's (or is set on one and not the
+///   other) fails naming it.
+/// - no launcher: all zero.
+///
+/// Call [`Startup::done`] once the job's start-up succeeded.
+pub fn join_from_env() -> Result<Join, BootstrapError> {
+    let get = &env_lookup;
+    let startup = Startup {
+        finalize_on_drop: None,
+    };
+    match choose(get)? {
+        Chosen::Singleton => Ok(Join {
+            bootstrap: Box::new(Singleton::new()),
+            secret: [0; 32],
+            startup,
+        }),
+        Chosen::Kv(cfg) => Ok(Join {
+            bootstrap: Box::new(kv_connect(&cfg)?),
+            secret: if cfg.size > 1 { cfg.secret } else { [0; 32] },
+            startup,
+        }),
+        Chosen::Pmi(cfg) => {
+            let mut client = PmiClient::connect(&cfg)?;
+            let switch = client.finalize_switch();
+            switch.store(false, Ordering::SeqCst);
+            let secret = pmi_job_secret(&mut client, get(ENV_SECRET))?;
+            Ok(Join {
+                bootstrap: Box::new(client),
+                secret,
+                startup: Startup {
+                    finalize_on_drop: Some(switch),
+                },
+            })
+        }
+    }
+}
+
+/// The PMI key under which rank 0 publishes the job secret (or a check value of the one given).
+pub const PMI_SECRET_KEY: &str = "hx.job_secret";
+
+/// A check value of `s` (16 bytes of HMAC, hex): tells whether two ranks were given the same
+/// secret without publishing it.
+fn secret_check(s: &Secret) -> String {
+    secret_to_hex(&hmac_sha256(s, &[b"hxcomm-pmi-secret-check"]))[..32].to_owned()
+}
+
+/// The job secret under PMI; see [`join_from_env`].
+fn pmi_job_secret(c: &mut PmiClient, given: Option<String>) -> Result<Secret, BootstrapError> {
+    let given = given
+        .map(|v| {
+            secret_from_hex(v.trim()).map_err(|e| BootstrapError::Env {
+                var: ENV_SECRET,
+                msg: e.to_string(),
+            })
+        })
+        .transpose()?;
+    if c.size() == 1 {
+        return Ok(given.unwrap_or_else(new_secret));
+    }
+    let pmi_err = |c: &PmiClient, msg: String| BootstrapError::Pmi {
+        rank: Some(c.rank()),
+        server: format!("kvs {}", c.kvsname()),
+        msg,
+    };
+    if c.rank() == 0 {
+        let (secret, value) = match given {
+            Some(s) => (s, format!("given:{}", secret_check(&s))),
+            None => {
+                let s = new_secret();
+                (s, format!("made:{}", secret_to_hex(&s)))
+            }
+        };
+        c.put(PMI_SECRET_KEY, &value)?;
+        c.fence()?;
+        return Ok(secret);
+    }
+    c.fence()?;
+    let v = c.get(PMI_SECRET_KEY)?;
+    match (v.split_once(':'), given) {
+        (Some(("made", hex)), None) => secret_from_hex(hex).map_err(|e| {
+            pmi_err(
+                c,
+                format!("rank 0 published a malformed job secret under {PMI_SECRET_KEY}: {e}"),
+            )
+        }),
+        (Some(("given", check)), Some(s)) => {
+            if ct_eq(check.as_bytes(), secret_check(&s).as_bytes()) {
+                Ok(s)
+            } else {
+                Err(BootstrapError::Env {
+                    var: ENV_SECRET,
+                    msg: format!(
+                        "differs between rank 0 and rank {}: give every rank the same one",
+                        c.rank()
+                    ),
+                })
+            }
+        }
+        (Some(("made", _)), Some(_)) => Err(BootstrapError::Env {
+            var: ENV_SECRET,
+            msg: format!(
+                "set for rank {} but not for rank 0: set it for every rank (mpiexec -genv) or for none",
+                c.rank()
+            ),
+        }),
+        (Some(("given", _)), None) => Err(BootstrapError::Env {
+            var: ENV_SECRET,
+            msg: format!(
+                "set for rank 0 but not for rank {}: set it for every rank (mpiexec -genv) or for none",
+                c.rank()
+            ),
+        }),
+        _ => Err(pmi_err(
+            c,
+            format!("rank 0 published a malformed value under {PMI_SECRET_KEY}"),
+        )),
+    }
+}
+
+/// A rank's setting `name` from its environment, or from what a launcher that is not hxcomm's
+/// says instead: `HX_LOCAL_SIZE` (ranks on this host) falls back to Hydra's `MPI_LOCALNRANKS`.
+pub fn launcher_var(name: &str) -> Option<String> {
+    launcher_var_with(name, &|k| std::env::var(k).ok())
+}
+
+fn launcher_var_with(name: &str, get: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    get(name).filter(|v| !v.is_empty()).or_else(|| match name {
+        "HX_LOCAL_SIZE" => get("MPI_LOCALNRANKS"),
+        _ => None,
+    })
 }
 
 /// The launcher's settings as read from the environment.
@@ -578,5 +822,118 @@ mod tests {
         with_t.push(("HX_BOOTSTRAP_TIMEOUT", "soon"));
         let e = parse_env(env_of(&with_t)).unwrap_err().to_string();
         assert!(e.contains("HX_BOOTSTRAP_TIMEOUT"), "{e}");
+    }
+
+    #[test]
+    fn choosing_the_bootstrap() {
+        let hex = secret_to_hex(&[7u8; 32]);
+        let kv = [
+            ("HX_RANK", "0"),
+            ("HX_SIZE", "2"),
+            ("HX_BOOTSTRAP", "127.0.0.1:5555"),
+            ("HX_JOB_SECRET", hex.as_str()),
+        ];
+        let pmi = [("PMI_FD", "6"), ("PMI_RANK", "1"), ("PMI_SIZE", "2")];
+        assert!(matches!(choose(&env_of(&[])).unwrap(), Chosen::Singleton));
+        assert!(matches!(choose(&env_of(&kv)).unwrap(), Chosen::Kv(_)));
+        assert!(matches!(choose(&env_of(&pmi)).unwrap(), Chosen::Pmi(_)));
+        // hxcomm run's variables win over PMI's.
+        let both: Vec<_> = kv.iter().chain(&pmi).copied().collect();
+        assert!(matches!(choose(&env_of(&both)).unwrap(), Chosen::Kv(_)));
+        // HX_JOB_SECRET is fine under PMI, an error alone.
+        let mut pmi_secret = pmi.to_vec();
+        pmi_secret.push(("HX_JOB_SECRET", hex.as_str()));
+        assert!(matches!(
+            choose(&env_of(&pmi_secret)).unwrap(),
+            Chosen::Pmi(_)
+        ));
+        let e = choose(&env_of(&[("HX_JOB_SECRET", hex.as_str())]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("HX_RANK"), "{e}");
+        // Half of hxcomm run's variables is an error even with PMI present.
+        let mut half = pmi.to_vec();
+        half.push(("HX_RANK", "0"));
+        let e = choose(&env_of(&half)).err().unwrap().to_string();
+        assert!(e.contains("HX_SIZE"), "{e}");
+        // A broken PMI setting names its variable.
+        let e = choose(&env_of(&[("PMI_FD", "6"), ("PMI_SIZE", "2")]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("PMI_RANK"), "{e}");
+    }
+
+    #[test]
+    fn local_size_from_hydra() {
+        let get = env_of(&[("MPI_LOCALNRANKS", "4")]);
+        assert_eq!(
+            launcher_var_with("HX_LOCAL_SIZE", &get).as_deref(),
+            Some("4")
+        );
+        assert_eq!(launcher_var_with("HX_POLICY", &get), None);
+        let get = env_of(&[("MPI_LOCALNRANKS", "4"), ("HX_LOCAL_SIZE", "2")]);
+        assert_eq!(
+            launcher_var_with("HX_LOCAL_SIZE", &get).as_deref(),
+            Some("2")
+        );
+    }
+
+    /// `n` PMI clients of one job over fake servers sharing a store and a barrier; each runs
+    /// `pmi_job_secret` with its own `HX_JOB_SECRET`.
+    fn secrets_of(given: Vec<Option<String>>) -> Vec<Result<Secret, String>> {
+        use crate::pmi_client::fake::{fake_server, hydra_like_on};
+        use std::sync::{Barrier, Mutex};
+        let n = given.len();
+        let kvs = Arc::new(Mutex::new(HashMap::new()));
+        let barrier = Arc::new(Barrier::new(n));
+        let threads: Vec<_> = given
+            .into_iter()
+            .enumerate()
+            .map(|(rank, g)| {
+                let (fd, _server) = fake_server(hydra_like_on(kvs.clone(), Some(barrier.clone())));
+                std::thread::spawn(move || {
+                    let mut c =
+                        PmiClient::over_socket(fd, rank as u32, n as u32, Duration::from_secs(2))
+                            .unwrap();
+                    pmi_job_secret(&mut c, g).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn secret_made_by_rank_0() {
+        let got = secrets_of(vec![None, None, None]);
+        let s0 = got[0].clone().unwrap();
+        assert_ne!(s0, [0u8; 32]);
+        assert!(got.iter().all(|s| s.as_ref() == Ok(&s0)), "{got:?}");
+    }
+
+    #[test]
+    fn secret_given_to_all() {
+        let hex = secret_to_hex(&[9u8; 32]);
+        let got = secrets_of(vec![Some(hex.clone()), Some(hex)]);
+        assert_eq!(got, vec![Ok([9u8; 32]), Ok([9u8; 32])]);
+    }
+
+    #[test]
+    fn secret_given_inconsistently() {
+        let a = secret_to_hex(&[1u8; 32]);
+        let b = secret_to_hex(&[2u8; 32]);
+        let got = secrets_of(vec![Some(a.clone()), Some(b)]);
+        let e = got[1].clone().unwrap_err();
+        assert!(e.contains("HX_JOB_SECRET") && e.contains("differs"), "{e}");
+        let got = secrets_of(vec![Some(a.clone()), None]);
+        let e = got[1].clone().unwrap_err();
+        assert!(e.contains("set for rank 0 but not for rank 1"), "{e}");
+        let got = secrets_of(vec![None, Some(a)]);
+        let e = got[1].clone().unwrap_err();
+        assert!(e.contains("set for rank 1 but not for rank 0"), "{e}");
+        let got = secrets_of(vec![None, Some("xyz".into())]);
+        let e = got[1].clone().unwrap_err();
+        assert!(e.contains("HX_JOB_SECRET"), "{e}");
     }
 }

@@ -137,17 +137,16 @@ fn listen_everywhere(
 }
 
 impl Engine {
-    /// Joins the job described by the environment (`hxcomm run` sets it; without it, a job of one).
+    /// Joins the job described by the environment: `hxcomm run`'s, a PMI-1 launcher's (MPICH's
+    /// Hydra `mpiexec`, Slurm's `srun --mpi=pmi2`), or without either a job of one (see
+    /// [`hx_bootstrap::join_from_env`], which also finds the job secret).
     pub fn init() -> Result<Engine, Error> {
         crate::init_logging();
-        let settings = Settings::from_env()?;
-        let bootstrap = hx_bootstrap::from_env()?;
-        let secret = if bootstrap.size() > 1 {
-            hx_bootstrap::secret_from_env()?
-        } else {
-            [0; 32]
-        };
-        Self::with(settings, bootstrap, secret)
+        let settings = Settings::from_lookup(&hx_bootstrap::launcher_var)?;
+        let join = hx_bootstrap::join_from_env()?;
+        let engine = Self::with(settings, join.bootstrap, join.secret)?;
+        join.startup.done();
+        Ok(engine)
     }
 
     /// A process of its own, not part of a launched job: peers are introduced by their
@@ -268,13 +267,15 @@ impl Engine {
     ) -> Result<Engine, Error> {
         let me = bootstrap.rank();
         let size = bootstrap.size();
-        let mgmt = std::env::var("HX_BOOTSTRAP")
-            .ok()
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-            .and_then(|a| match a {
-                SocketAddr::V4(v4) if !v4.ip().is_loopback() => Some(*v4.ip()),
-                _ => None,
-            });
+        let mgmt = bootstrap.management_ip().or_else(|| {
+            std::env::var("HX_BOOTSTRAP")
+                .ok()
+                .and_then(|a| a.parse::<SocketAddr>().ok())
+                .and_then(|a| match a {
+                    SocketAddr::V4(v4) if !v4.ip().is_loopback() => Some(*v4.ip()),
+                    _ => None,
+                })
+        });
         let mut eng = Self::new(settings, secret, me, size, mgmt, size > 1)?;
         if size > 1 {
             let hex: String = eng
