@@ -207,3 +207,133 @@ fn pingpong_c_example_under_the_launcher() {
     );
     assert!(text.contains("needs exactly 2 ranks"), "{text}");
 }
+
+const HYDRA: &str = "mpiexec.hydra";
+
+/// Whether MPICH's Hydra can run the test `name`: skips visibly without it, fails under CI.
+fn need_hydra(name: &str) -> bool {
+    if Command::new(HYDRA)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{name}: {HYDRA} not found, and CI=true requires it (apt-get install -y mpich)"
+    );
+    println!("skipped: {name}: {HYDRA} not found (apt-get install -y mpich)");
+    false
+}
+
+/// `mpiexec.hydra ARGS` (killed after 120 s), without the variables of an outer launcher.
+fn mpiexec(args: &[&str]) -> (Output, String) {
+    let mut c = Command::new("timeout");
+    c.args(["-k", "5", "120", HYDRA]).args(args);
+    for v in [
+        "HX_RANK",
+        "HX_SIZE",
+        "HX_BOOTSTRAP",
+        "HX_JOB_SECRET",
+        "PMI_FD",
+        "PMI_PORT",
+        "PMI_ID",
+        "PMI_RANK",
+        "PMI_SIZE",
+    ] {
+        c.env_remove(v);
+    }
+    let out = c.output().expect("running mpiexec.hydra");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, text)
+}
+
+fn assert_pingpong_ok(out: &Output, text: &str, what: &str) {
+    assert!(out.status.success(), "{what}: pingpong failed:\n{text}");
+    for want in [
+        "rank 0: pingpong OK",
+        "rank 1: pingpong OK",
+        "size  4194304:",
+    ] {
+        assert!(text.contains(want), "{what}: missing {want:?} in:\n{text}");
+    }
+}
+
+/// The C example started by MPICH's Hydra instead of `hxcomm run` (PMI-1, no hxcomm setting):
+/// on this host, and as root between two testbed hosts through Hydra's ssh launcher and the
+/// namespace agent bench/netns-rsh.
+#[test]
+fn pingpong_c_example_under_hydra() {
+    let name = "pingpong_c_example_under_hydra";
+    if !have_cc() {
+        println!("skipped: {name}: no C compiler (`cc`)");
+        return;
+    }
+    if !need_hydra(name) {
+        return;
+    }
+    let exe = build_pingpong();
+    let exe_s = exe.to_str().unwrap();
+    let (out, text) = mpiexec(&["-n", "2", exe_s, "5"]);
+    assert_pingpong_ok(&out, &text, "one host");
+    eprintln!("{text}");
+
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    });
+    if !root {
+        println!("skipped: {name} on the testbed: needs root (network namespaces)");
+        return;
+    }
+    let hxcomm = profile_dir().join("hxcomm");
+    let tb = format!("c{}", std::process::id() % 10000);
+    let up = Command::new(&hxcomm)
+        .args(["net", "up", "--name", &tb, "--hosts", "2", "--rails", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "net up: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let status = Command::new(&hxcomm)
+        .args(["net", "status", "--name", &tb, "--json"])
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    let mgmt = status
+        .split("\"mgmt_addr\":\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no mgmt_addr in {status}"))
+        .to_string();
+    let agent = workspace_root().join("bench/netns-rsh");
+    let hosts = format!("{tb}0,{tb}1");
+    let (out, text) = mpiexec(&[
+        "-launcher",
+        "ssh",
+        "-launcher-exec",
+        agent.to_str().unwrap(),
+        "-localhost",
+        &mgmt,
+        "-hosts",
+        &hosts,
+        "-n",
+        "2",
+        exe_s,
+        "5",
+    ]);
+    let down = Command::new(&hxcomm)
+        .args(["net", "down", "--name", &tb])
+        .output()
+        .unwrap();
+    assert_pingpong_ok(&out, &text, "testbed");
+    assert!(down.status.success(), "net down");
+    eprintln!("{text}");
+}
