@@ -172,7 +172,7 @@ pub enum DecodeError {
     NotPrintable { at: usize, byte: u8 },
     /// An empty line.
     Empty,
-    /// The line does not start with `cmd=`.
+    /// The line does not start with `cmd=` and a command name.
     NoCmd { line: String },
     /// A field without `=`, or with nothing before it.
     BadField { at: usize, field: String },
@@ -200,7 +200,7 @@ impl fmt::Display for DecodeError {
                 write!(f, "byte 0x{byte:02x} at column {at} is not printable ASCII")
             }
             Empty => write!(f, "empty line"),
-            NoCmd { line } => write!(f, "line does not start with cmd=: {line:?}"),
+            NoCmd { line } => write!(f, "line does not start with cmd=NAME: {line:?}"),
             BadField { at, field } => {
                 write!(f, "field {field:?} at column {at} is not key=value")
             }
@@ -297,7 +297,7 @@ pub fn parse_fields(line: &[u8]) -> Result<Fields<'_>, DecodeError> {
     }
     match fields.first() {
         None => Err(DecodeError::Empty),
-        Some(&("cmd", cmd)) => Ok(Fields {
+        Some(&("cmd", cmd)) if !cmd.is_empty() => Ok(Fields {
             cmd,
             rest: fields[1..].to_vec(),
         }),
@@ -655,6 +655,7 @@ mod tests {
         assert_eq!(d(b"   "), DecodeError::Empty);
         assert!(matches!(d(b"hello"), DecodeError::BadField { .. }));
         assert!(matches!(d(b"rc=0 cmd=x"), DecodeError::NoCmd { .. }));
+        assert!(matches!(d(b"cmd= a=b"), DecodeError::NoCmd { .. }));
         assert!(matches!(
             d(b"cmd=x =y"),
             DecodeError::BadField { at: 6, .. }
