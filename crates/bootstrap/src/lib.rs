@@ -450,6 +450,13 @@ fn pmi_job_secret(c: &mut PmiClient, given: Option<String>) -> Result<Secret, Bo
         let (secret, value) = match given {
             Some(s) => (s, format!("given:{}", secret_check(&s))),
             None => {
+                if c.over_tcp() {
+                    tracing::warn!(
+                        "the PMI server listens on a TCP port (PMI_PORT): whoever reaches it while \
+                         the job starts can read the job secret published through it; set \
+                         {ENV_SECRET} for every rank to publish only a check value"
+                    );
+                }
                 let s = new_secret();
                 (s, format!("made:{}", secret_to_hex(&s)))
             }

@@ -670,6 +670,12 @@ impl PmiClient {
             .map_err(|f| self.fault(f, "cmd=abort"))
     }
 
+    /// Whether the PMI server is reached over TCP (`PMI_PORT`): then anyone who can connect to
+    /// that port while the job starts can read what the job puts.
+    pub fn over_tcp(&self) -> bool {
+        self.peer.is_some()
+    }
+
     /// The management network's address as this client found it (see [`management_ip`]).
     pub fn management(&self) -> Option<Ipv4Addr> {
         self.management
