@@ -89,13 +89,15 @@ enum hx_result {
 
 /* ---- Job ------------------------------------------------------------------------------- */
 
-/** Joins the job described by the environment `hxcomm run` sets (HX_RANK, HX_SIZE, ...), setting
- *  up rails to every other rank. Without that environment, a job of one rank.
+/** Joins the job described by the environment `hxcomm run` sets (HX_RANK, HX_SIZE, ...), or a
+ *  PMI-1 launcher's (MPICH's mpiexec, Slurm's srun --mpi=pmi2: PMI_FD, PMI_RANK, PMI_SIZE, ...),
+ *  setting up rails to every other rank. Without either, a job of one rank.
  *  On success *ctx is the new context; on failure it is set to NULL. */
 int hx_init(hx_context **ctx);
 
 /** Completes outstanding sends, waits for every rank (a barrier), closes the rails in order and
- *  frees ctx. Refused with HX_ERR_INVALID (nothing freed) while endpoints are open. After any
+ *  frees ctx. Under a PMI launcher a rank must call it before it exits: one that exits without it
+ *  counts as failed, and Hydra then kills the ranks still running. Refused with HX_ERR_INVALID (nothing freed) while endpoints are open. After any
  *  other result ctx is freed and must not be used. */
 int hx_finalize(hx_context *ctx);
 
