@@ -47,8 +47,14 @@ fn have_cc() -> bool {
         .unwrap_or(false)
 }
 
-/// Compiles examples/pingpong.c; returns the executable.
+/// Compiles examples/pingpong.c once per test process (tests run in parallel and would otherwise
+/// rewrite the executable while another runs it); returns the executable.
 fn build_pingpong() -> PathBuf {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(compile_pingpong).clone()
+}
+
+fn compile_pingpong() -> PathBuf {
     cargo_build(&["-p", "hxcomm-capi", "--lib"]);
     cargo_build(&["-p", "hxcomm", "--bin", "hxcomm"]);
     let lib_dir = profile_dir();
