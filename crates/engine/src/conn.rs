@@ -884,7 +884,6 @@ impl Engine {
             return;
         }
         let me = self.core.rank();
-        let whoami = self.whoami();
         for peer in 0..self.peers.len() as Rank {
             let p = peer as usize;
             if peer == me || !self.peers[p].wanted || self.core.peer_failed(peer).is_some() {
@@ -898,7 +897,8 @@ impl Engine {
                     error!(
                         "hxcomm {whoami}: no rail to {} for {:?}; giving up on it",
                         self.who(peer),
-                        self.settings.rank_timeout
+                        self.settings.rank_timeout,
+                        whoami = self.whoami(),
                     );
                     self.core.fail_peer(
                         peer,

@@ -61,7 +61,10 @@ impl Poller {
     /// Waits up to `timeout_ms` (0: poll, -1: forever) and fills `out`.
     pub fn wait(&self, out: &mut Vec<libc::epoll_event>, timeout_ms: i32) -> io::Result<usize> {
         out.clear();
-        let cap = out.capacity().max(1) as i32;
+        if out.capacity() == 0 {
+            out.reserve(64);
+        }
+        let cap = out.capacity().min(i32::MAX as usize) as i32;
         // SAFETY: `out` has room for `cap` events; we set its length to what the kernel wrote.
         let n = unsafe { libc::epoll_wait(self.fd, out.as_mut_ptr(), cap, timeout_ms) };
         if n < 0 {

@@ -1,5 +1,5 @@
 //! tests/c/bad_input.c: malformed addresses, unknown fi_addr_t, a peer that dies with a receive
-//! from it posted, a stranger without the job secret, each through libfabric in separate
+//! from it and one from any source posted, a stranger without the job secret, each through libfabric in separate
 //! processes over the hxcomm engine.
 
 mod common;
@@ -21,6 +21,7 @@ fn bad_input_and_failures() {
     assert!(stdout.contains("bad input ok"), "{stdout}\n{stderr}");
     // The dead peer is named, the stranger refused for its secret, in words a user can act on.
     assert!(stdout.contains("closed its connections"), "{stdout}");
+    assert!(stdout.contains("any-source receive failed"), "{stdout}");
     assert!(stderr.contains("wrong job secret"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -515,6 +515,9 @@ impl<B: Buffer> Core<B> {
             }),
             completion: Completion::Pending,
         });
+        // (A receive from any source posted after every peer failed waits: in an open process
+        // a new peer may still come, and only the pending ones are failed, in fail_peer.)
+        let dead = src.and_then(|s| self.peers[s as usize].failed.clone().map(|r| (s, r)));
         let q = self.eps.entry(ep).or_default();
         let found = q
             .unexpected
@@ -526,23 +529,30 @@ impl<B: Buffer> Core<B> {
                 self.match_unexp(u, req);
             }
             None => {
-                if let Some(s) = src {
-                    if let Some(reason) = &self.peers[s as usize].failed {
-                        let err = ProtoError::PeerFailed {
-                            peer: s,
-                            reason: reason.clone(),
-                        };
-                        self.reqs.get_mut(req).unwrap().completion = Completion::Failed(err);
-                        if let Some(f) = &mut self.finished {
-                            f.push(req);
-                        }
-                        return Ok(req);
+                if let Some((s, reason)) = dead {
+                    let err = ProtoError::PeerFailed { peer: s, reason };
+                    self.reqs.get_mut(req).unwrap().completion = Completion::Failed(err);
+                    if let Some(f) = &mut self.finished {
+                        f.push(req);
                     }
+                    return Ok(req);
                 }
                 q.posted.push_back(req);
             }
         }
         Ok(req)
+    }
+
+    /// When this process has peers and every one of them has failed: one of them and why.
+    fn all_others_failed(&self) -> Option<(Rank, String)> {
+        let mut last = None;
+        for (i, p) in self.peers.iter().enumerate() {
+            if i as Rank == self.me {
+                continue;
+            }
+            last = Some((i as Rank, p.failed.clone()?));
+        }
+        last
     }
 
     /// Where a request stands.
@@ -710,6 +720,10 @@ impl<B: Buffer> Core<B> {
             peer,
             reason: reason.to_string(),
         };
+        // When the last peer fails, receives from any source that are waiting fail too (like
+        // ULFM's interrupted any-source receives): only a send to itself could still match them,
+        // and waiting forever helps no one. One posted afterwards waits (a new peer may come).
+        let none_left = self.all_others_failed().is_some();
         let mut failed_recvs = Vec::new();
         for (h, r) in self.reqs.iter_mut() {
             if r.completion != Completion::Pending {
@@ -719,7 +733,7 @@ impl<B: Buffer> Core<B> {
                 ReqKind::Send(s) => s.peer == peer,
                 ReqKind::Recv(rv) => match &rv.status {
                     Some(st) => st.source == peer,
-                    None => rv.src == Some(peer),
+                    None => rv.src == Some(peer) || (rv.src.is_none() && none_left),
                 },
             };
             if involved {

@@ -156,6 +156,27 @@ fn failed_peer_fails_its_operations() {
 }
 
 #[test]
+fn any_source_receive_fails_once_every_other_peer_has() {
+    let mut sim = Cluster::new(3, 1, Config::default(), 1);
+    let any = sim.cores[0].recv(0, None, None, vec![0; 8]).unwrap();
+    sim.cores[0].fail_peer(1, "connection reset");
+    // Rank 2 could still send.
+    assert!(sim.cores[0].is_pending(any));
+    sim.cores[0].fail_peer(2, "closed");
+    match sim.cores[0].poll(any) {
+        Some(Completion::Failed(e)) => assert!(e.to_string().contains("closed"), "{e}"),
+        other => panic!("any-source receive not failed: {other:?}"),
+    }
+    // Posted later, it waits (in an open process a new peer may come); a send to itself
+    // matches it.
+    let later = sim.cores[0].recv(0, None, None, vec![0; 1]).unwrap();
+    assert!(sim.cores[0].is_pending(later));
+    let s = sim.cores[0].send(0, 0, 0, 1, vec![5]).unwrap();
+    assert!(matches!(sim.cores[0].poll(s), Some(Completion::Done(_))));
+    assert_eq!(sim.cores[0].take(later).unwrap().1, vec![5]);
+}
+
+#[test]
 fn adaptive_uses_every_rail_for_large_messages() {
     let cfg = Config::default();
     let msgs: Vec<Msg> = (0..4)
