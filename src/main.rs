@@ -23,6 +23,10 @@ enum Command {
     Bench(hx_bench::BenchArgs),
     /// The main job in one command: testbed, every policy over 1/2/4 rails, report.
     Demo(hx_demo::DemoArgs),
+    /// The per-host agent of `hxcomm run --hosts/--hostfile`, started by it over ssh; reads its
+    /// job from stdin.
+    #[command(hide = true)]
+    RunAgent,
 }
 
 fn main() {
@@ -32,6 +36,7 @@ fn main() {
         Command::Net(a) => hx_testbed::run(a),
         Command::Bench(a) => hx_bench::run(a),
         Command::Demo(a) => hx_demo::run(a),
+        Command::RunAgent => hx_launcher::run_agent(),
     };
     std::process::exit(code);
 }

@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::output::{self, Sink};
-use crate::plan::Plan;
+use crate::plan::{Placement, Plan};
 use crate::signals::{signal_name, SignalGuard};
 use crate::watchdog::Watchdog;
 
@@ -59,12 +59,19 @@ impl Ended {
     }
 }
 
-struct Rank {
-    rank: u32,
-    pid: libc::pid_t,
+pub(crate) struct Rank {
+    pub(crate) rank: u32,
+    pub(crate) pid: libc::pid_t,
     /// Kept so the pipes' other ends live as long as needed; never waited on through std.
     _child: Child,
-    ended: Option<Ended>,
+    pub(crate) ended: Option<Ended>,
+}
+
+/// What to start for a rank: program, arguments, extra environment.
+pub(crate) struct Spawn<'a> {
+    pub program: &'a std::path::Path,
+    pub args: &'a [String],
+    pub env: &'a [(String, String)],
 }
 
 /// The environment every rank gets from the launcher, beside its own.
@@ -77,15 +84,18 @@ pub struct Output {
     pub stdout: Sink,
     pub stderr: Sink,
     pub tag: bool,
+    /// In the remote agent: prefix lines with `o RANK ` / `e RANK ` (the agent's framing towards
+    /// the launcher) instead of `[RANK] `.
+    pub framed: bool,
 }
 
 pub struct Job {
-    ranks: Vec<Rank>,
+    pub(crate) ranks: Vec<Rank>,
     size: u32,
     out_done: mpsc::Receiver<()>,
     out_done_tx: Option<mpsc::Sender<()>>,
     out_threads: usize,
-    watchdog: Option<Watchdog>,
+    pub(crate) watchdog: Option<Watchdog>,
 }
 
 fn sys(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -98,14 +108,19 @@ fn sys(r: libc::c_int) -> io::Result<libc::c_int> {
 
 impl Job {
     pub fn new(size: u32) -> Self {
+        Self::new_sized(size, size)
+    }
+
+    /// A job of `size` ranks of which `here` are started by this process.
+    pub fn new_sized(here: u32, size: u32) -> Self {
         let (tx, rx) = mpsc::channel();
         Job {
-            ranks: Vec::with_capacity(size as usize),
+            ranks: Vec::with_capacity(here as usize),
             size,
             out_done: rx,
             out_done_tx: Some(tx),
             out_threads: 0,
-            watchdog: match Watchdog::start(size as usize) {
+            watchdog: match Watchdog::start(here as usize) {
                 Ok(w) => Some(w),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot start the launcher watchdog; a SIGKILL of the launcher could leave rank subprocesses behind");
@@ -123,17 +138,33 @@ impl Job {
         env: &JobEnv,
         output: Option<&Output>,
     ) -> io::Result<()> {
-        let pl = &plan.placements[r as usize];
+        let spec = Spawn {
+            program: &plan.program,
+            args: &plan.args,
+            env: &plan.env,
+        };
+        self.spawn_at(&spec, r, &plan.placements[r as usize], env, output)
+    }
+
+    /// Starts rank `r` of `spec` at placement `pl`. On error nothing was started for it.
+    pub(crate) fn spawn_at(
+        &mut self,
+        spec: &Spawn,
+        r: u32,
+        pl: &Placement,
+        env: &JobEnv,
+        output: Option<&Output>,
+    ) -> io::Result<()> {
         let mut cmd = match &pl.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(&plan.program);
+                c.args(["netns", "exec", ns]).arg(spec.program);
                 c
             }
-            None => Command::new(&plan.program),
+            None => Command::new(spec.program),
         };
-        cmd.args(&plan.args);
-        for (k, v) in &plan.env {
+        cmd.args(spec.args);
+        for (k, v) in spec.env {
             cmd.env(k, v);
         }
         cmd.env("HX_RANK", r.to_string())
@@ -173,15 +204,20 @@ impl Job {
             w.add(pid);
         }
         if let Some(o) = output {
-            let prefix = o.tag.then(|| format!("[{r}] "));
+            let (out_prefix, err_prefix) = if o.framed {
+                (Some(format!("o {r} ")), Some(format!("e {r} ")))
+            } else {
+                let p = o.tag.then(|| format!("[{r}] "));
+                (p.clone(), p)
+            };
             let done = self.out_done_tx.clone().expect("output channel open");
             if let Some(p) = child.stdout.take() {
-                if output::forward(p, prefix.clone(), o.stdout.clone(), done.clone()).is_ok() {
+                if output::forward(p, out_prefix, o.stdout.clone(), done.clone()).is_ok() {
                     self.out_threads += 1;
                 }
             }
             if let Some(p) = child.stderr.take() {
-                if output::forward(p, prefix, o.stderr.clone(), done).is_ok() {
+                if output::forward(p, err_prefix, o.stderr.clone(), done).is_ok() {
                     self.out_threads += 1;
                 }
             }
@@ -196,7 +232,7 @@ impl Job {
     }
 
     /// Signals the process group of every rank still running.
-    fn signal_all(&self, sig: i32) {
+    pub(crate) fn signal_all(&self, sig: i32) {
         for rk in self.ranks.iter().filter(|r| r.ended.is_none()) {
             // SAFETY: plain kill; the rank is not reaped yet, so its pgid is still ours.
             unsafe {
@@ -206,7 +242,7 @@ impl Job {
     }
 
     /// Has rank `i` ended? Leaves it a zombie (WNOWAIT) so its group id stays reserved.
-    fn peek(pid: libc::pid_t) -> Option<Ended> {
+    pub(crate) fn peek(pid: libc::pid_t) -> Option<Ended> {
         // SAFETY: zeroed siginfo is a valid out-parameter for waitid.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         let r = unsafe {
@@ -240,7 +276,7 @@ impl Job {
     }
 
     /// Kills what is left of the rank's group, then reaps the rank.
-    fn finish(watchdog: &Option<Watchdog>, pid: libc::pid_t) {
+    pub(crate) fn finish(watchdog: &Option<Watchdog>, pid: libc::pid_t) {
         // SAFETY: the rank is not reaped yet, so `-pid` is still its process group.
         unsafe {
             libc::kill(-pid, libc::SIGKILL);
@@ -346,7 +382,7 @@ impl Job {
     }
 
     /// Every half second: is some running rank stopped, and for how long?
-    fn hung_rank(
+    pub(crate) fn hung_rank(
         &self,
         stopped_since: &mut [Option<Instant>],
         next_check: &mut Instant,
@@ -392,7 +428,7 @@ impl Job {
 
     /// Waits (briefly) for the output threads to forward what the ranks wrote last. A process
     /// that escaped its group could hold a pipe open forever, so this gives up after a while.
-    fn drain_output(&mut self) {
+    pub(crate) fn drain_output(&mut self) {
         self.out_done_tx = None;
         let deadline = Instant::now() + GRACE;
         while self.out_threads > 0 {

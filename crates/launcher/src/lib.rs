@@ -11,19 +11,27 @@
 //! signal); 130/143 when the launcher gets SIGINT/SIGTERM; 124 when `--timeout` expires; 2 for bad
 //! arguments or a missing testbed; 127 when the program cannot be found.
 
+pub mod agent;
+pub mod hosts;
 mod job;
 mod output;
 pub mod plan;
+mod remote;
 mod signals;
 mod watchdog;
 
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+pub use agent::run_agent;
 pub use job::{GRACE, TIMEOUT_EXIT};
 pub use output::Sink;
 pub use plan::POLICIES;
+
+/// The default `--rsh`.
+pub const DEFAULT_RSH: &str = "ssh -o BatchMode=yes";
 
 /// Arguments of `hxcomm run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -52,6 +60,29 @@ pub struct RunArgs {
     /// Stop the job after this many seconds (exit code 124).
     #[arg(long, value_name = "SECONDS", env = "HX_JOB_TIMEOUT")]
     pub timeout: Option<f64>,
+    /// Run the ranks on these hosts, started over --rsh: `a,b:4,c` (`:SLOTS`, default 1); -n
+    /// fills them in order.
+    #[arg(long, value_name = "HOST[:SLOTS],...", conflicts_with_all = ["hostfile", "net"])]
+    pub hosts: Option<String>,
+    /// Like --hosts, from a file: one host a line, `host`, `host slots=N` (Open MPI) or `host:N`
+    /// (Hydra); `#` comments.
+    #[arg(long, value_name = "FILE", conflicts_with = "net")]
+    pub hostfile: Option<PathBuf>,
+    /// With --hosts/--hostfile: if -n is more than the slots, go round the hosts again instead
+    /// of failing.
+    #[arg(long)]
+    pub oversubscribe: bool,
+    /// Command that runs a command on a host, invoked as `CMD HOST REMOTE_COMMAND` (split at
+    /// spaces); e.g. bench/netns-rsh for the testbed.
+    #[arg(long, value_name = "CMD", env = "HX_RSH", default_value = DEFAULT_RSH)]
+    pub rsh: String,
+    /// hxcomm on the remote hosts (default: this executable's path).
+    #[arg(long, value_name = "PATH")]
+    pub remote_hxcomm: Option<String>,
+    /// Address of this host on which the bootstrap service listens for the remote ranks
+    /// (default: this host's address on the route to the first remote host).
+    #[arg(long, value_name = "IP")]
+    pub bootstrap_addr: Option<IpAddr>,
     /// Program and its arguments.
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     pub program: Vec<String>,
@@ -69,6 +100,12 @@ impl RunArgs {
             tag_output: false,
             env: Vec::new(),
             timeout: None,
+            hosts: None,
+            hostfile: None,
+            oversubscribe: false,
+            rsh: DEFAULT_RSH.into(),
+            remote_hxcomm: None,
+            bootstrap_addr: None,
             program: program.into_iter().map(Into::into).collect(),
         }
     }
@@ -105,11 +142,13 @@ pub fn run_with_output(args: RunArgs, sinks: Option<OutputSinks>) -> i32 {
             stdout: s.stdout,
             stderr: s.stderr,
             tag: args.tag_output,
+            framed: false,
         }),
         None if args.tag_output => Some(job::Output {
             stdout: Arc::new(Mutex::new(std::io::stdout())) as Arc<Mutex<dyn Write + Send>>,
             stderr: Arc::new(Mutex::new(std::io::stderr())),
             tag: true,
+            framed: false,
         }),
         None => None,
     };
@@ -128,8 +167,45 @@ pub fn run_with_output(args: RunArgs, sinks: Option<OutputSinks>) -> i32 {
         secret_hex: hx_bootstrap::secret_to_hex(&secret),
     };
     tracing::debug!(bootstrap = %env.bootstrap, ranks = args.ranks, program = ?plan.program, "starting job");
+    // A rank stopped (SIGSTOP, a debugger) this long hangs the job: stop it, naming the rank.
+    let hang_after = plan
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "HX_RANK_TIMEOUT")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("HX_RANK_TIMEOUT").ok())
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .map_or(
+            std::time::Duration::from_secs(30),
+            std::time::Duration::from_secs_f64,
+        );
 
     let signals = signals::SignalGuard::install();
+    if let Some(remote) = &plan.remote {
+        // Output always comes back through the agents' connections.
+        let (out, err) = match output {
+            Some(o) => (o.stdout, o.stderr),
+            None => (
+                Arc::new(Mutex::new(std::io::stdout())) as Sink,
+                Arc::new(Mutex::new(std::io::stderr())) as Sink,
+            ),
+        };
+        let code = remote::run(
+            &plan,
+            remote,
+            args.ranks,
+            &env,
+            out,
+            err,
+            args.tag_output,
+            hang_after,
+            &signals,
+        );
+        server.shutdown();
+        return code;
+    }
     let mut job = job::Job::new(args.ranks);
     for r in 0..args.ranks {
         if let Some(sig) = signals.pending() {
@@ -155,20 +231,6 @@ pub fn run_with_output(args: RunArgs, sinks: Option<OutputSinks>) -> i32 {
             };
         }
     }
-    // A rank stopped (SIGSTOP, a debugger) this long hangs the job: stop it, naming the rank.
-    let hang_after = plan
-        .env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "HX_RANK_TIMEOUT")
-        .map(|(_, v)| v.clone())
-        .or_else(|| std::env::var("HX_RANK_TIMEOUT").ok())
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| *s > 0.0)
-        .map_or(
-            std::time::Duration::from_secs(30),
-            std::time::Duration::from_secs_f64,
-        );
     let code = job.wait(&signals, plan.timeout, hang_after);
     server.shutdown();
     code

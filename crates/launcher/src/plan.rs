@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::hosts::{self, HostSpec, Slot};
 use crate::RunArgs;
 
 /// Scheduling policies the engine understands (`HX_POLICY`).
@@ -36,6 +37,25 @@ pub struct Plan {
     /// Extra environment for every rank: `--policy` and `--env`.
     pub env: Vec<(String, String)>,
     pub timeout: Option<Duration>,
+    /// A job on other hosts (`--hosts` / `--hostfile`); `placements` is then unused.
+    pub remote: Option<Remote>,
+}
+
+/// Where and how ranks start on other hosts.
+#[derive(Debug)]
+pub struct Remote {
+    /// Every host given, in order (those without ranks too).
+    pub hosts: Vec<HostSpec>,
+    /// Rank i's host (an index into `hosts`) and local rank.
+    pub slots: Vec<Slot>,
+    /// The rsh command, word-split; run as `RSH... HOST 'exec AGENT run-agent'`.
+    pub rsh: Vec<String>,
+    /// hxcomm on the remote hosts.
+    pub agent: String,
+    /// The program as the remote hosts see it (absolute, or a bare name for their PATH).
+    pub program: String,
+    /// The launcher's working directory, which the agents enter if their host has it.
+    pub cwd: Option<String>,
 }
 
 /// A setup error, reported as `hxcomm run: {msg}` with exit code `code`.
@@ -88,6 +108,24 @@ pub fn plan(args: &RunArgs) -> Result<Plan, PlanError> {
             )))
         }
     };
+    if args.hosts.is_some() || args.hostfile.is_some() {
+        let (bind, remote) = plan_remote(args, prog)?;
+        return Ok(Plan {
+            program: PathBuf::from(&remote.program),
+            args: rest.to_vec(),
+            placements: Vec::new(),
+            bind,
+            env,
+            timeout,
+            remote: Some(remote),
+        });
+    }
+    if args.oversubscribe {
+        return Err(usage("--oversubscribe needs --hosts or --hostfile"));
+    }
+    if args.bootstrap_addr.is_some() {
+        return Err(usage("--bootstrap-addr needs --hosts or --hostfile"));
+    }
     let program = resolve_program(prog, std::env::var_os("PATH").as_deref())?;
 
     let (bind, placements) = if args.net {
@@ -115,7 +153,92 @@ pub fn plan(args: &RunArgs) -> Result<Plan, PlanError> {
         bind,
         env,
         timeout,
+        remote: None,
     })
+}
+
+/// The default agent on the remote hosts: this executable's path if it is `hxcomm` (the usual
+/// case: the same installation everywhere), else `hxcomm` on the remote PATH.
+fn default_agent() -> String {
+    match std::env::current_exe() {
+        Ok(exe) if exe.file_name().is_some_and(|f| f == "hxcomm") => {
+            exe.to_string_lossy().into_owned()
+        }
+        _ => "hxcomm".into(),
+    }
+}
+
+fn plan_remote(args: &RunArgs, prog: &str) -> Result<(IpAddr, Remote), PlanError> {
+    if args.net {
+        return Err(usage(
+            "--net and --hosts/--hostfile exclude each other (for the testbed's hosts over its rsh agent: --hostfile with --rsh bench/netns-rsh)",
+        ));
+    }
+    if args.ranks_per_host.is_some() {
+        return Err(usage(
+            "--ranks-per-host is for --net; give slots with --hosts a:4 or `host slots=4` in the hostfile",
+        ));
+    }
+    let hosts = match (&args.hosts, &args.hostfile) {
+        (Some(_), Some(_)) => return Err(usage("give --hosts or --hostfile, not both")),
+        (Some(h), None) => hosts::parse_hosts_arg(h).map_err(usage)?,
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| usage(format!("--hostfile {}: cannot read it: {e}", f.display())))?;
+            hosts::parse_hostfile(&text, &f.display().to_string()).map_err(usage)?
+        }
+        (None, None) => unreachable!("plan_remote without hosts"),
+    };
+    let slots = hosts::fill(args.ranks, &hosts, args.oversubscribe).map_err(usage)?;
+    let mut addrs = Vec::with_capacity(hosts.len());
+    for h in &hosts {
+        addrs.push(hosts::resolve(h).map_err(usage)?);
+    }
+    let rsh: Vec<String> = args.rsh.split_whitespace().map(str::to_owned).collect();
+    if rsh.is_empty() {
+        return Err(usage(
+            "--rsh is empty; the default is `ssh -o BatchMode=yes`",
+        ));
+    }
+    let bind = match args.bootstrap_addr {
+        Some(a) if a.is_unspecified() => {
+            return Err(usage(format!(
+                "--bootstrap-addr {a}: give one address of this host that the hosts reach, not a wildcard"
+            )))
+        }
+        Some(a) => a,
+        None => {
+            // The launcher's address on the route to the first host with ranks that is not this
+            // one; all hosts on loopback: loopback.
+            let target = slots
+                .iter()
+                .map(|s| addrs[s.host as usize])
+                .find(|a| !a.is_loopback());
+            match target {
+                None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                Some(t) => hosts::source_address_towards(t).map_err(|e| {
+                    usage(format!(
+                        "no route to {t} to choose the bootstrap address ({e}); give --bootstrap-addr"
+                    ))
+                })?,
+            }
+        }
+    };
+    let cwd = std::env::current_dir()
+        .ok()
+        .map(|c| c.to_string_lossy().into_owned());
+    let program = crate::agent::remote_program(prog, cwd.as_deref().map(Path::new));
+    Ok((
+        bind,
+        Remote {
+            hosts,
+            slots,
+            rsh,
+            agent: args.remote_hxcomm.clone().unwrap_or_else(default_agent),
+            program,
+            cwd,
+        },
+    ))
 }
 
 /// Rank i goes to host `i mod hosts`, or `i / per_host` with `--ranks-per-host`.
