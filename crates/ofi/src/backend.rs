@@ -160,6 +160,11 @@ pub trait Backend: Send {
     fn cancel(&mut self, op: OpId) -> bool;
     /// Nonblocking progress; appends finished operations (sends and receives) to `out`.
     fn progress(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError>;
+    /// Appends operations that finished without I/O since the last call (a small send completes
+    /// as it is written), with no syscall; progress() also does this.
+    fn collect(&mut self, _out: &mut Vec<Done>) -> Result<(), BackendError> {
+        Ok(())
+    }
     /// Readable when progress() may have something to do; after progress() found nothing, it is safe to sleep in poll() on it.
     fn wait_fd(&self) -> i32;
     /// Largest message.

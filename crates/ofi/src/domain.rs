@@ -77,10 +77,24 @@ impl DomainShared {
     /// Drives the backend and delivers what finished to the CQs. CQ entries are pushed while
     /// the domain lock is held so completions keep the backend's order across threads.
     pub fn progress(&self) -> Result<(), i32> {
+        self.drive(false)
+    }
+
+    /// Delivers what finished without I/O (no syscall): a CQ that then has entries need not
+    /// poll the sockets before returning them.
+    pub fn collect(&self) -> Result<(), i32> {
+        self.drive(true)
+    }
+
+    fn drive(&self, collect_only: bool) -> Result<(), i32> {
         let mut st = lock(&self.state);
         let st = &mut *st;
         let mut done = std::mem::take(&mut st.scratch);
-        let r = st.backend.progress(&mut done);
+        let r = if collect_only {
+            st.backend.collect(&mut done)
+        } else {
+            st.backend.progress(&mut done)
+        };
         for d in done.drain(..) {
             if let Some(p) = st.pending.remove(&d.op) {
                 deliver(p, d);

@@ -428,6 +428,10 @@ impl Backend for EngineBackend {
         self.eng_mut()
             .progress_polled()
             .map_err(|e| err(FI_EIO, e))?;
+        self.collect(out)
+    }
+
+    fn collect(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
         let mut finished = std::mem::take(&mut self.finished);
         self.eng_mut().take_finished(&mut finished);
         for req in finished.drain(..) {
