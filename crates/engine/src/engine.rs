@@ -760,7 +760,8 @@ impl Engine {
     }
 
     /// For callers that poll in a loop (the libfabric provider's fi_cq_read, which Open MPI calls
-    /// without pause while it waits): like [`progress`](Self::progress), but a round that finds
+    /// without pause while it waits): like [`progress`](Self::progress), but the fd is not made
+    /// ready to sleep on (call `progress` before sleeping), and a round that finds
     /// nothing to do while bulk data is in flight over sockets waits up to `HX_BULK_WAIT_US`
     /// (default 1 ms, rounded up to whole ms) in epoll for it. The socket buffers absorb the
     /// wakeup, so bandwidth stays and the CPU that spinning burns between segments is saved;
@@ -782,11 +783,10 @@ impl Engine {
         {
             let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
             self.progress_once(ms)?;
-            return Ok(());
         }
-        if !self.arm_polled() {
-            self.progress_once(0)?;
-        }
+        // No arming of shared-memory links here: that costs two syscalls per link (and the
+        // peer one per message), and a caller that polls in a loop does not sleep on the fd.
+        // One that is about to sleep calls progress().
         Ok(())
     }
 

@@ -160,6 +160,11 @@ pub trait Backend: Send {
     fn cancel(&mut self, op: OpId) -> bool;
     /// Nonblocking progress; appends finished operations (sends and receives) to `out`.
     fn progress(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError>;
+    /// Progress before the caller sleeps on wait_fd() (fi_trywait, fi_cq_sread): afterwards the
+    /// fd becomes readable when anything arrives. progress() need not ensure that.
+    fn progress_to_wait(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
+        self.progress(out)
+    }
     /// Appends operations that finished without I/O since the last call (a small send completes
     /// as it is written), with no syscall; progress() also does this.
     fn collect(&mut self, _out: &mut Vec<Done>) -> Result<(), BackendError> {

@@ -128,7 +128,7 @@ impl CqShared {
 
     /// After progress: true when nothing is queued (fi_trywait may then sleep on the fd).
     pub fn is_idle(&self) -> Result<bool, i32> {
-        self.domain.progress()?;
+        self.domain.progress_to_wait()?;
         Ok(lock(&self.q).entries.is_empty())
     }
 
@@ -270,6 +270,10 @@ impl CqShared {
             match self.read(buf, count, src) {
                 Err(FI_EAGAIN) => {}
                 r => return r,
+            }
+            // Make the wait fd safe to sleep on (reads do not: they are for pollers).
+            if !self.is_idle()? {
+                continue;
             }
             let wait = match deadline {
                 None => -1,

@@ -77,23 +77,28 @@ impl DomainShared {
     /// Drives the backend and delivers what finished to the CQs. CQ entries are pushed while
     /// the domain lock is held so completions keep the backend's order across threads.
     pub fn progress(&self) -> Result<(), i32> {
-        self.drive(false)
+        self.drive(Drive::Poll)
+    }
+
+    /// Progress before sleeping on wait_fd (fi_trywait, fi_cq_sread).
+    pub fn progress_to_wait(&self) -> Result<(), i32> {
+        self.drive(Drive::ToWait)
     }
 
     /// Delivers what finished without I/O (no syscall): a CQ that then has entries need not
     /// poll the sockets before returning them.
     pub fn collect(&self) -> Result<(), i32> {
-        self.drive(true)
+        self.drive(Drive::Collect)
     }
 
-    fn drive(&self, collect_only: bool) -> Result<(), i32> {
+    fn drive(&self, how: Drive) -> Result<(), i32> {
         let mut st = lock(&self.state);
         let st = &mut *st;
         let mut done = std::mem::take(&mut st.scratch);
-        let r = if collect_only {
-            st.backend.collect(&mut done)
-        } else {
-            st.backend.progress(&mut done)
+        let r = match how {
+            Drive::Collect => st.backend.collect(&mut done),
+            Drive::Poll => st.backend.progress(&mut done),
+            Drive::ToWait => st.backend.progress_to_wait(&mut done),
         };
         for d in done.drain(..) {
             if let Some(p) = st.pending.remove(&d.op) {
@@ -106,6 +111,16 @@ impl DomainShared {
             e.errno
         })
     }
+}
+
+#[derive(Clone, Copy)]
+enum Drive {
+    /// Deliver what finished without I/O.
+    Collect,
+    /// One nonblocking round (a consumer polling in a loop).
+    Poll,
+    /// A round after which the wait fd is safe to sleep on.
+    ToWait,
 }
 
 fn deliver(p: Pending, d: Done) {

@@ -431,6 +431,11 @@ impl Backend for EngineBackend {
         self.collect(out)
     }
 
+    fn progress_to_wait(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
+        self.eng_mut().progress().map_err(|e| err(FI_EIO, e))?;
+        self.collect(out)
+    }
+
     fn collect(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
         let mut finished = std::mem::take(&mut self.finished);
         self.eng_mut().take_finished(&mut finished);
