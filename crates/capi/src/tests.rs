@@ -234,7 +234,7 @@ fn caller_errors_are_refused() {
 
 #[test]
 fn strerror_covers_every_code() {
-    for c in 0..=HX_ERR_PANIC {
+    for c in 0..=HX_ERR_HANDLE {
         let s = unsafe { CStr::from_ptr(hx_strerror(c)) }.to_str().unwrap();
         assert!(!s.is_empty() && s != "unknown result code", "{c}");
     }
