@@ -570,7 +570,10 @@ pub unsafe extern "C" fn hx_iwrite(
         let tag = send_tag(tag)?;
         let rq = with_ep(ep, "hx_iwrite", |id, e| {
             // SAFETY: the caller keeps the buffer valid until completion.
-            Ok(unsafe { e.isend_raw(id, target.rank, target.endpoint, tag, p, len)? })
+            let rq = unsafe { e.isend_raw(id, target.rank, target.endpoint, tag, p, len)? };
+            // The caller may go straight to poll() on hx_fd: make it wake for this request.
+            e.arm_for_wait()?;
+            Ok(rq)
         })?;
         *r = rq.to_u64();
         Ok(())
@@ -598,7 +601,11 @@ pub unsafe extern "C" fn hx_iread(
         let rq = with_ep(ep, "hx_iread", |id, e| {
             let src = src_opt(source, e.size())?;
             // SAFETY: the caller keeps the buffer valid until completion.
-            Ok(unsafe { e.irecv_raw(id, src, tag_opt(tag), p, cap)? })
+            let rq = unsafe { e.irecv_raw(id, src, tag_opt(tag), p, cap)? };
+            // The caller may go straight to poll() on hx_fd (shared memory signals only when
+            // asked to): make it wake for this request.
+            e.arm_for_wait()?;
+            Ok(rq)
         })?;
         *r = rq.to_u64();
         Ok(())

@@ -33,6 +33,8 @@ pub(crate) const T_CONNECT: u64 = T_LISTEN | 1 << 61;
 pub(crate) const T_SHM_LISTEN: u64 = T_LISTEN | 1 << 60;
 pub(crate) const T_SHM_CONNECT: u64 = T_LISTEN | 1 << 59;
 pub(crate) const T_SHM_ACCEPT: u64 = T_LISTEN | 1 << 58;
+/// The engine's own eventfd: written to make the fd readable for a caller about to sleep.
+pub(crate) const T_KICK: u64 = T_LISTEN | 1 << 57;
 /// How often the engine looks after rails (reconnects, timeouts) while it is being called.
 const HOUSEKEEPING: Duration = Duration::from_millis(50);
 /// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
@@ -64,6 +66,8 @@ pub struct Engine {
     /// Accept connections from processes not introduced by `insert` or the bootstrap.
     pub(crate) open_to_unknown: bool,
     pub(crate) poller: Poller,
+    /// Makes `poller` readable on demand (see [`arm_for_wait`](Self::arm_for_wait)).
+    kick: std::os::fd::OwnedFd,
     pub(crate) listeners: Vec<(TcpListener, String)>,
     pub(crate) pending: Vec<Option<PendingConn>>,
     pub(crate) backlog_waiting: bool,
@@ -174,6 +178,16 @@ impl Engine {
         networked: bool,
     ) -> Result<Engine, Error> {
         let poller = Poller::new().map_err(io_err("epoll_create"))?;
+        // SAFETY: plain syscall; the fd is owned below.
+        let kfd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if kfd < 0 {
+            return Err(io_err("eventfd")(std::io::Error::last_os_error()));
+        }
+        // SAFETY: a new fd we own.
+        let kick = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(kfd) };
+        poller
+            .add(kfd, poller::IN, T_KICK)
+            .map_err(io_err("epoll_ctl"))?;
         let instance = random_instance()?;
         let mut listeners = Vec::new();
         let mut addr = Address {
@@ -231,6 +245,7 @@ impl Engine {
             devices,
             open_to_unknown: false,
             poller,
+            kick,
             listeners,
             pending: Vec::new(),
             backlog_waiting: false,
@@ -751,11 +766,28 @@ impl Engine {
     /// Afterwards [`fd`](Self::fd) becomes readable when anything arrives, shared memory
     /// included: a caller that found nothing to do may sleep in poll() on it.
     pub fn progress(&mut self) -> Result<(), Error> {
-        let work = self.progress_once(0)?;
-        if work == 0 && !self.arm_polled() {
-            // Data raced in while arming: handle it now rather than after a poll.
-            self.progress_once(0)?;
+        self.progress_once(0)?;
+        self.arm_for_wait()
+    }
+
+    /// Makes [`fd`](Self::fd) safe to sleep on: afterwards it becomes readable when anything
+    /// arrives, shared memory included (whose links signal only when asked to). If data was
+    /// already there it is handled, and the fd is made readable at once, since that may have
+    /// finished a request the caller is about to wait for.
+    pub fn arm_for_wait(&mut self) -> Result<(), Error> {
+        if self.polled.is_empty() || self.arm_polled() {
+            return Ok(());
         }
+        self.progress_once(0)?;
+        let one = 1u64;
+        // SAFETY: 8-byte write to our eventfd.
+        unsafe {
+            libc::write(
+                std::os::fd::AsRawFd::as_raw_fd(&self.kick),
+                (&one as *const u64).cast(),
+                8,
+            )
+        };
         Ok(())
     }
 
@@ -865,6 +897,17 @@ impl Engine {
                 T_LISTEN if token & T_SHM_LISTEN == T_SHM_LISTEN => self.shm_accept(),
                 T_LISTEN if token & T_SHM_CONNECT == T_SHM_CONNECT => {
                     self.advance_shm_connect((token & 0xffff_ffff) as usize)
+                }
+                T_LISTEN if token & T_KICK == T_KICK => {
+                    let mut v = 0u64;
+                    // SAFETY: 8-byte read from our eventfd; EAGAIN when already drained.
+                    unsafe {
+                        libc::read(
+                            std::os::fd::AsRawFd::as_raw_fd(&self.kick),
+                            (&mut v as *mut u64).cast(),
+                            8,
+                        )
+                    };
                 }
                 T_LISTEN if token & T_SHM_ACCEPT == T_SHM_ACCEPT => {
                     self.advance_shm_accept((token & 0xffff_ffff) as usize)
