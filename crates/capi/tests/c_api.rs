@@ -218,6 +218,31 @@ fn fd_and_progress_from_c() {
     }
 }
 
+/// A same-host peer (and a TCP one) that exits without hx_finalize is noticed by a rank blocked
+/// in hx_read on it: the read fails naming it (over shared memory it hung before, issue 11).
+#[test]
+fn peer_that_exits_without_finalize_is_noticed() {
+    if !need_cc("peer_that_exits_without_finalize_is_noticed") {
+        return;
+    }
+    let exe = compile("peer_exit");
+    for extra in [&[][..], TCP] {
+        let (_, t) = run_two(&exe, extra, &[]);
+        assert!(
+            t.contains("rank 0: peer_exit OK"),
+            "peer_exit {extra:?}:\n{t}"
+        );
+        let why = t
+            .lines()
+            .find(|l| l.contains("rank 0: read failed"))
+            .unwrap_or_default();
+        assert!(
+            why.contains("rank 1"),
+            "the error names the peer: {why}\n{t}"
+        );
+    }
+}
+
 /// The function names a C declaration in `text` declares: `... hx_name(` at the start of a line.
 fn declared(text: &str) -> BTreeSet<String> {
     text.lines()

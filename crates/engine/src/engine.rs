@@ -870,6 +870,13 @@ impl Engine {
                 T_LINK => {
                     let peer = ((token >> 16) & 0xffff_ffff) as Rank;
                     let rail = (token & 0xffff) as usize;
+                    if let Some(l) = self.peers[peer as usize]
+                        .rails
+                        .get_mut(rail)
+                        .and_then(|r| r.link.as_mut())
+                    {
+                        l.event();
+                    }
                     if flags & poller::HUP != 0 {
                         // The peer's FIN may have come with the last data in this one edge:
                         // read to the end, or the close is never seen again.

@@ -37,6 +37,10 @@ pub trait Link: Send {
     fn arm(&mut self) -> bool {
         true
     }
+    /// Called when epoll reports `fd()` ready, before the engine reads: a polled link clears
+    /// what made it ready (a level-triggered signal, a hung-up peer) so the engine neither
+    /// spins on a stale readiness nor misses a peer that died.
+    fn event(&mut self) {}
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -57,5 +61,8 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn arm(&mut self) -> bool {
         (**self).arm()
+    }
+    fn event(&mut self) {
+        (**self).event()
     }
 }

@@ -523,6 +523,13 @@ impl Link for ShmLink {
         true
     }
 
+    /// The nested epoll is level-triggered: a signal left in the eventfd, or the setup
+    /// socket's hang-up when the peer process died, would report it ready for ever.
+    fn event(&mut self) {
+        drain(self.my_efd.as_raw_fd());
+        self.check_socket();
+    }
+
     fn arm(&mut self) -> bool {
         drain(self.my_efd.as_raw_fd());
         self.check_socket();
