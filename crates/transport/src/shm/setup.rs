@@ -251,7 +251,8 @@ impl ShmAccepting {
             &[memfd.as_raw_fd(), mine.as_raw_fd(), theirs.as_raw_fd()],
         )
         .map_err(ctx("sending segment", &name))?;
-        let label = format!("shm @{name} <- rank {rank}.{index}");
+        // The engine names the peer in its own messages; the numbers here are handshake ids.
+        let label = format!("shm @{name}");
         ShmLink::new(map, self.capacity, 0, mine, theirs, Some(s), label)
     }
 }
@@ -462,7 +463,7 @@ impl ShmConnecting {
                             format!("shm @{name}: segment capacity {cap2}, announced {cap}"),
                         ));
                     }
-                    let label = format!("shm @{name} -> as rank {rank}.{index}");
+                    let label = format!("shm @{name}");
                     let s = self.s.try_clone()?;
                     s.set_nonblocking(false)?;
                     return ShmLink::new(map, cap2, 1, mine, theirs, Some(s), label).map(Some);
