@@ -9,40 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::{cargo_build, profile_dir, workspace_root};
 
 fn c_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c")
-}
-
-/// target/<profile>, from the test executable's path (target/<profile>/deps/c_api-*).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
-fn cargo_build(args: &[&str]) {
-    let dir = profile_dir();
-    let profile = dir.file_name().unwrap().to_str().unwrap().to_string();
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.current_dir(workspace_root())
-        .arg("build")
-        .args(args)
-        .arg("--target-dir")
-        .arg(dir.parent().unwrap());
-    match profile.as_str() {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        p => {
-            cmd.args(["--profile", p]);
-        }
-    }
-    let st = cmd.status().expect("running cargo");
-    assert!(st.success(), "cargo build {args:?} failed");
 }
 
 /// Builds libhxcomm.so and the launcher once per test process.
