@@ -23,6 +23,9 @@ enum Command {
     Bench(hx_bench::BenchArgs),
     /// The main job in one command: testbed, every policy over 1/2/4 rails, report.
     Demo(hx_demo::DemoArgs),
+    /// What this host would use (rails, shared memory) and why, and every setting with its
+    /// value and where it came from.
+    Info,
     /// The per-host agent of `hxcomm run --hosts/--hostfile`, started by it over ssh; reads its
     /// job from stdin.
     #[command(hide = true)]
@@ -37,6 +40,16 @@ fn main() {
         Command::Bench(a) => hx_bench::run(a),
         Command::Demo(a) => hx_demo::run(a),
         Command::RunAgent => hx_launcher::run_agent(),
+        Command::Info => match hx_engine::info::report(&|k| std::env::var(k).ok()) {
+            Ok(r) => {
+                print!("{r}");
+                0
+            }
+            Err(e) => {
+                eprintln!("hxcomm info: {e}");
+                2
+            }
+        },
     };
     std::process::exit(code);
 }

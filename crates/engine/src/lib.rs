@@ -13,6 +13,7 @@ mod poller;
 mod settings;
 mod setup;
 
+pub mod info;
 pub use buf::EngineBuf;
 pub use engine::{Engine, Request, BARRIER_EP};
 pub use error::Error;

@@ -1,0 +1,186 @@
+//! `hxcomm info`: what this host would use and why, and every setting with its value and where
+//! it came from (as `ompi_info`, `ucx_info -d` and `fi_info` tell theirs).
+
+use std::net::Ipv4Addr;
+
+use hx_transport::ifaces;
+
+use hx_wire::ADDRESS_MAX_RAILS;
+
+use crate::{setup, Settings};
+
+/// Every setting a rank reads: name (without HX_), default, meaning.
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    (
+        "POLICY",
+        "adaptive",
+        "which rails carry which bytes: bind, rr, stripe, adaptive",
+    ),
+    ("RAILS", "all", "use only these interfaces, by name"),
+    (
+        "TRANSPORTS",
+        "shm,tcp",
+        "shm,tcp: same-host peers use shared memory; tcp: the network path",
+    ),
+    (
+        "DIRECT",
+        "1",
+        "same-host large messages copied once into the receiver (process_vm_writev)",
+    ),
+    (
+        "LOOPBACK_RAILS",
+        "1",
+        "with HX_TRANSPORTS=tcp: TCP connections per same-host peer",
+    ),
+    (
+        "SPIN_US",
+        "200",
+        "how long a waiting call polls before it sleeps in epoll",
+    ),
+    (
+        "YIELD",
+        "auto",
+        "yield the CPU while spinning (auto: more ranks here than cores)",
+    ),
+    (
+        "BULK_WAIT_US",
+        "1000",
+        "libfabric provider: a CQ read waits this long in epoll while bulk data is in flight",
+    ),
+    (
+        "EAGER_LIMIT",
+        "32k",
+        "larger messages go by rendezvous (same on all ranks)",
+    ),
+    ("CHUNK", "256k", "largest data frame of a striped message"),
+    (
+        "MIN_CHUNK",
+        "16k",
+        "smallest data frame of a striped message",
+    ),
+    (
+        "NOTSENT_LOWAT",
+        "128k",
+        "unsent bytes a rail socket may hold (TCP_NOTSENT_LOWAT)",
+    ),
+    (
+        "EAGER_CREDITS",
+        "4m",
+        "eager bytes a sender may have outstanding at one receiver",
+    ),
+    (
+        "RAIL_TIMEOUT",
+        "1000",
+        "ms without progress after which a rail counts as broken",
+    ),
+    (
+        "RANK_TIMEOUT",
+        "30",
+        "s a peer may stay unreachable before operations involving it fail",
+    ),
+    ("CONNECT_TIMEOUT", "30", "s one connection attempt may take"),
+    (
+        "BOOTSTRAP_TIMEOUT",
+        "60",
+        "s a bootstrap get/fence may wait",
+    ),
+    (
+        "JOB_TIMEOUT",
+        "none",
+        "hxcomm run: stop the job after this many seconds",
+    ),
+    (
+        "LOG",
+        "warn",
+        "log filter (info, debug, hx_engine=debug, ...)",
+    ),
+];
+
+/// The report, or the first malformed setting (named).
+pub fn report(get: &dyn Fn(&str) -> Option<String>) -> Result<String, crate::Error> {
+    let settings = Settings::from_lookup(get)?;
+    let mut out = format!("hxcomm {}\n\n", env!("CARGO_PKG_VERSION"));
+    out.push_str("Settings (HX_*, also FI_HXCOMM_* under the libfabric provider):\n");
+    for (name, default, meaning) in SETTINGS {
+        let var = format!("HX_{name}");
+        let alias = format!("FI_HXCOMM_{name}");
+        let (value, source) = match (get(&var), get(&alias)) {
+            (Some(v), _) => (v, format!("environment ({var})")),
+            (None, Some(v)) => (v, format!("environment ({alias})")),
+            (None, None) => (default.to_string(), "default".to_string()),
+        };
+        out.push_str(&format!("  {var:<20} {value:<10} {source:<28} {meaning}\n"));
+    }
+    // The management network is known only inside a job (the launcher's address).
+    let mgmt = get("HX_BOOTSTRAP")
+        .and_then(|b| b.parse::<std::net::SocketAddr>().ok())
+        .and_then(|a| match a.ip() {
+            std::net::IpAddr::V4(v4) if !v4.is_loopback() => Some(v4),
+            _ => None,
+        });
+    out.push_str("\nInterfaces (IPv4):\n");
+    let all = ifaces::list().map_err(crate::error::io_err("listing interfaces"))?;
+    let rails = setup::rail_interfaces(&settings, mgmt);
+    let used: Vec<String> = match &rails {
+        Ok(r) => r
+            .iter()
+            .take(ADDRESS_MAX_RAILS)
+            .map(|i| i.name.clone())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    for i in &all {
+        let why = if i.loopback || i.addr.is_loopback() {
+            "left out: loopback (same-host peers use shared memory or HX_LOOPBACK_RAILS)"
+                .to_string()
+        } else if !i.up {
+            "left out: down".to_string()
+        } else if mgmt.is_some_and(|m| i.contains(m)) {
+            format!(
+                "left out: the management network ({} is there)",
+                mgmt.unwrap_or(Ipv4Addr::UNSPECIFIED)
+            )
+        } else if used.contains(&i.name) {
+            "rail".to_string()
+        } else if settings
+            .rails
+            .as_ref()
+            .is_some_and(|n| !n.contains(&i.name))
+        {
+            "left out: not in HX_RAILS".to_string()
+        } else {
+            format!("left out: same subnet as another rail, or beyond the {ADDRESS_MAX_RAILS} an address describes")
+        };
+        out.push_str(&format!(
+            "  {:<12} {}/{:<3} {why}\n",
+            i.name, i.addr, i.prefix
+        ));
+    }
+    if let Err(e) = &rails {
+        out.push_str(&format!("  rails: {e}\n"));
+    }
+    if mgmt.is_none() {
+        out.push_str(
+            "  (outside a job the management network is not known: under hxcomm run it is the \
+             launcher's network, under mpirun/mpiexec the launcher's URIs; HX_RAILS overrides)\n",
+        );
+    }
+    out.push_str("\nShared memory:\n");
+    if settings.shm {
+        out.push_str("  same-host peers: shared-memory rings (memfd), one per peer pair\n");
+        let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "absent".into());
+        out.push_str(&format!(
+            "  direct copy of large messages (process_vm_writev): {} (Yama ptrace_scope {yama})\n",
+            if settings.direct {
+                "on"
+            } else {
+                "off (HX_DIRECT=0)"
+            }
+        ));
+    } else {
+        out.push_str("  off (HX_TRANSPORTS=tcp): same-host peers use loopback TCP\n");
+    }
+    Ok(out)
+}
