@@ -868,6 +868,36 @@ fn hosts_over_real_ssh_and_kill_9_of_the_launcher() {
     );
     let _ = wait_child(child);
     assert!(gone, "processes left after kill -9 of the launcher");
+
+    // The C example over ssh too, between two hosts.
+    if Command::new("cc").arg("--version").output().is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{name}: no cc, and CI=true requires it"
+        );
+        println!("skipped: {name}: C example: no C compiler (`cc`)");
+    } else {
+        let exe = build_pingpong(&dir);
+        let hf = hostfile(&dir, &format!("{}\n{}\n", h[0], h[2]));
+        let (out, t) = run(&[
+            "--hostfile",
+            &hf,
+            "--rsh",
+            &rsh,
+            "-n",
+            "2",
+            "--tag-output",
+            "--timeout",
+            "90",
+            "--",
+            exe.to_str().unwrap(),
+            "5",
+        ]);
+        assert!(out.status.success(), "{t}");
+        for want in ["[0] rank 0: pingpong OK", "[1] rank 1: pingpong OK"] {
+            assert!(t.contains(want), "missing {want:?}: {t}");
+        }
+    }
     drop(sshds);
     drop(tb);
     let _ = std::fs::remove_dir_all(dir);
