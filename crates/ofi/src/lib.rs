@@ -46,10 +46,10 @@ pub(crate) fn provider() -> *mut fi_provider {
 #[no_mangle]
 pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
     guard(std::ptr::null_mut(), || {
-        for (name, meaning) in settings::SETTINGS {
+        for (name, meaning) in settings::settings() {
             let (Ok(n), Ok(h)) = (
-                CString::new(*name),
-                CString::new(settings::help(name, meaning)),
+                CString::new(name.as_str()),
+                CString::new(settings::help(&name, &meaning)),
             ) else {
                 continue;
             };

@@ -1,27 +1,30 @@
 //! The engine's HX_* settings, also reachable as libfabric parameters FI_HXCOMM_* (so `fi_info -e`
 //! documents them and MPI users can set them the libfabric way).
 
-/// (parameter name as given to fi_param_define, meaning). The libfabric variable is
-/// `FI_HXCOMM_<NAME>`, the engine's is `HX_<NAME>`.
-pub const SETTINGS: &[(&str, &str)] = &[
-    ("policy", "which rails carry which bytes: bind, rr, stripe, adaptive (default adaptive)"),
-    ("rails", "use only these interfaces, by name, e.g. r0,r2 (default all)"),
-    ("transports", "shm,tcp (default): same-host ranks use shared memory; tcp forces the network path"),
-    ("direct", "1 (default): same-host rendezvous messages are copied once into the receiver (process_vm_writev); 0: through the ring"),
-    ("loopback_rails", "with HX_TRANSPORTS=tcp: TCP connections per peer between ranks of one host (default 1)"),
-    ("spin_us", "microseconds a waiting call polls before it sleeps (default 200)"),
-    ("bulk_wait_us", "microseconds a CQ read that finds nothing waits in epoll while bulk data is in flight over sockets, instead of returning at once (default 1000; 0: never; a reply ends the wait at once)"),
-    ("yield", "yield the CPU while spinning, 1 or 0 (default: when the host runs more ranks than cores)"),
-    ("eager_limit", "messages up to this size are sent at once, larger ones by rendezvous (default 32k; same on all ranks)"),
-    ("chunk", "largest data frame of a striped message (default 256k)"),
-    ("min_chunk", "smallest data frame of a striped message (default 16k)"),
-    ("notsent_lowat", "unsent bytes a rail socket may hold, TCP_NOTSENT_LOWAT (default 128k)"),
-    ("eager_credits", "eager bytes a sender may have outstanding at one receiver (default 4m)"),
-    ("rail_timeout", "milliseconds without progress after which a rail counts as broken (default 1000)"),
-    ("rank_timeout", "seconds a peer may stay unreachable before operations involving it fail (default 30)"),
-    ("connect_timeout", "seconds for all rails to come up (default 30)"),
-    ("job_secret", "per-job secret the rails prove knowledge of (HMAC challenge-response); set by the launcher"),
-];
+/// Engine settings that mean nothing under the provider (the launcher's own).
+const LAUNCHER_ONLY: &[&str] = &["BOOTSTRAP_TIMEOUT", "JOB_TIMEOUT", "LOG"];
+
+/// (parameter name as given to fi_param_define, meaning with its default): the engine's list
+/// (hx_engine::info::SETTINGS, which `hxcomm info` prints) and the job secret. The libfabric
+/// variable is `FI_HXCOMM_<NAME>`, the engine's is `HX_<NAME>`.
+pub fn settings() -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = hx_engine::info::SETTINGS
+        .iter()
+        .filter(|(name, _, _)| !LAUNCHER_ONLY.contains(name))
+        .map(|(name, default, meaning)| {
+            (
+                name.to_ascii_lowercase(),
+                format!("{meaning} (default {default})"),
+            )
+        })
+        .collect();
+    v.push((
+        "job_secret".into(),
+        "per-job secret the rails prove knowledge of (HMAC challenge-response); set by the launcher"
+            .into(),
+    ));
+    v
+}
 
 pub fn fi_var(name: &str) -> String {
     format!("FI_HXCOMM_{}", name.to_ascii_uppercase())
@@ -42,8 +45,8 @@ pub fn resolve_settings(
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
-    for (name, _) in SETTINGS {
-        let (fi, hx) = (fi_var(name), hx_var(name));
+    for (name, _) in settings() {
+        let (fi, hx) = (fi_var(&name), hx_var(&name));
         match (get(&fi), get(&hx)) {
             (Some(a), Some(b)) if a != b => {
                 return Err(format!(
@@ -124,7 +127,11 @@ mod tests {
 
     #[test]
     fn every_setting_has_both_names() {
-        assert_eq!(SETTINGS.len(), 17);
+        let all = settings();
+        assert_eq!(all.len(), 17);
+        assert!(all
+            .iter()
+            .any(|(n, m)| n == "bulk_wait_us" && m.ends_with("(default 1000)")));
         assert_eq!(fi_var("job_secret"), "FI_HXCOMM_JOB_SECRET");
         assert!(help("policy", "x").starts_with("Another name for HX_POLICY"));
     }
