@@ -900,13 +900,23 @@ fn table(cx: &Ctx, r: usize) -> String {
     let single = med(cx, "iperf3", None, Test::Bw, 1)
         .0
         .or_else(|| med(cx, "iperf3-1", None, Test::Bw, r).0);
-    let wire = single.map(|s| s * r as f64);
+    // Unequal rails: R x rail 0 says nothing; the wire is the sum of the rails' own figures
+    // (iperf3, one stream per rail at once).
+    let unequal = cx.o.rate.contains(',');
+    let wire = if unequal {
+        med(cx, "iperf3", None, Test::Bw, r).0
+    } else {
+        single.map(|s| s * r as f64)
+    };
     let rails_label = if r == 1 { "rail" } else { "rails" };
     let mut head = format!(
         "### {r} {rails_label} x {}, MTU {} (medians of {} runs)\n\n",
         cx.o.rate, cx.o.mtu, cx.o.runs
     );
     match (wire, nominal) {
+        (Some(w), Some(n)) if unequal => head.push_str(&format!(
+            "Wire limit one way: {w:.1} MB/s measured (iperf3, one stream per rail at once: the sum of the rails' own figures), {n:.1} MB/s nominal.\n\n"
+        )),
         (Some(w), Some(n)) => head.push_str(&format!(
             "Wire limit one way: {r} x {:.1} = {w:.1} MB/s measured (iperf3, one rail), {n:.1} MB/s nominal.\n\n",
             single.unwrap_or(0.0)
