@@ -47,38 +47,15 @@ fn need_cc(name: &str) -> bool {
 /// Compiles tests/c/NAME.c (warnings are errors); returns the executable.
 fn compile(name: &str) -> PathBuf {
     built();
-    let lib_dir = profile_dir();
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c_api_{name}"));
-    let out = Command::new("cc")
-        .args([
-            "-std=c99",
-            "-D_DEFAULT_SOURCE",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-O2",
-            "-pthread",
-            "-I",
-        ])
-        .arg(workspace_root().join("include"))
-        .arg("-I")
-        .arg(c_dir())
-        .arg(c_dir().join(format!("{name}.c")))
-        .arg("-L")
-        .arg(&lib_dir)
-        .arg("-lhxcomm")
-        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("running cc");
-    assert!(
-        out.status.success(),
-        "cc {name}.c failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    let inc = c_dir();
+    let extra = [
+        "-D_DEFAULT_SOURCE".as_ref(),
+        "-pthread".as_ref(),
+        "-I".as_ref(),
+        inc.as_os_str(),
+    ];
+    common::cc(&c_dir().join(format!("{name}.c")), &exe, &extra)
 }
 
 fn text(out: &Output) -> String {

@@ -34,34 +34,8 @@ fn compile_pingpong() -> PathBuf {
         "no libhxcomm.so in {}",
         lib_dir.display()
     );
-    let root = workspace_root();
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pingpong");
-    let out = Command::new("cc")
-        .args([
-            "-std=c99",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-O2",
-            "-I",
-        ])
-        .arg(root.join("include"))
-        .arg(root.join("examples/pingpong.c"))
-        .arg("-L")
-        .arg(&lib_dir)
-        .arg("-lhxcomm")
-        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("running cc");
-    assert!(
-        out.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    common::cc(&workspace_root().join("examples/pingpong.c"), &exe, &[])
 }
 
 fn run(n: u32, extra: &[&str], exe: &Path) -> (Output, String) {

@@ -36,3 +36,38 @@ pub fn cargo_build(args: &[&str]) {
     let st = cmd.status().expect("running cargo");
     assert!(st.success(), "cargo build {args:?} failed");
 }
+
+/// Compiles the C file `src` against include/hxcomm.h and target/<profile>/libhxcomm.so (found
+/// at run time through an rpath) with `-std=c99 -pedantic` and warnings as errors, plus `extra`
+/// arguments; returns `exe`.
+pub fn cc(src: &Path, exe: &Path, extra: &[&std::ffi::OsStr]) -> PathBuf {
+    let lib_dir = profile_dir();
+    let out = Command::new("cc")
+        .args([
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O2",
+        ])
+        .args(extra)
+        .arg("-I")
+        .arg(workspace_root().join("include"))
+        .arg(src)
+        .arg("-L")
+        .arg(&lib_dir)
+        .arg("-lhxcomm")
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .arg("-o")
+        .arg(exe)
+        .output()
+        .expect("running cc");
+    assert!(
+        out.status.success(),
+        "cc {} failed:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe.to_path_buf()
+}
