@@ -108,19 +108,7 @@ fn need_root(name: &str) -> bool {
 /// reported, all messages arrived, each checked by the ranks themselves); with `host_of`, every
 /// pair of ranks on different hosts used `rails` links, each of which carried bytes.
 fn check_stress(out: &Output, n: usize, messages: u64, host_of: Option<(&[usize], usize)>) {
-    assert!(out.status.success(), "{}", text(out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let mut ranks: Vec<u64> = lines.iter().map(|v| v["rank"].as_u64().unwrap()).collect();
-    ranks.sort_unstable();
-    assert_eq!(ranks, (0..n as u64).collect::<Vec<_>>(), "{}", text(out));
-    let received: u64 = lines.iter().map(|v| v["received"].as_u64().unwrap()).sum();
-    let sent: u64 = lines.iter().map(|v| v["sent"].as_u64().unwrap()).sum();
-    assert_eq!((sent, received), (messages, messages), "{}", text(out));
+    let lines = util::stress_summaries(out, n, messages);
     let Some((host_of, rails)) = host_of else {
         return;
     };

@@ -86,19 +86,7 @@ fn text(o: &Output) -> String {
 /// reported once, all messages arrived (each checked byte by byte by the ranks themselves), and
 /// every rank sent to each other rank over `rails` links. Returns the total payload bytes.
 fn check_stress(out: &Output, n: usize, messages: u64, rails: usize) -> u64 {
-    assert!(out.status.success(), "{}", text(out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let mut ranks: Vec<u64> = lines.iter().map(|v| v["rank"].as_u64().unwrap()).collect();
-    ranks.sort_unstable();
-    assert_eq!(ranks, (0..n as u64).collect::<Vec<_>>(), "{}", text(out));
-    let received: u64 = lines.iter().map(|v| v["received"].as_u64().unwrap()).sum();
-    let sent: u64 = lines.iter().map(|v| v["sent"].as_u64().unwrap()).sum();
-    assert_eq!((sent, received), (messages, messages), "{}", text(out));
+    let lines = util::stress_summaries(out, n, messages);
     for v in &lines {
         let me = v["rank"].as_u64().unwrap() as usize;
         for (peer, per_rail) in v["rail_tx_bytes"].as_array().unwrap().iter().enumerate() {

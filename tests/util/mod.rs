@@ -100,3 +100,36 @@ pub fn listening_ports(pid: i32) -> Vec<u16> {
         })
         .collect()
 }
+
+/// stdout and stderr of a finished command, for assertion messages.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The JSON summaries of an `n`-rank `hxcomm bench stress --json` job of `messages` messages,
+/// checked: the job succeeded, every rank reported once, and all messages were sent and received
+/// (each checked byte by byte by the ranks themselves).
+pub fn stress_summaries(
+    out: &std::process::Output,
+    n: usize,
+    messages: u64,
+) -> Vec<serde_json::Value> {
+    let text = output_text(out);
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut ranks: Vec<u64> = lines.iter().map(|v| v["rank"].as_u64().unwrap()).collect();
+    ranks.sort_unstable();
+    assert_eq!(ranks, (0..n as u64).collect::<Vec<_>>(), "{text}");
+    let received: u64 = lines.iter().map(|v| v["received"].as_u64().unwrap()).sum();
+    let sent: u64 = lines.iter().map(|v| v["sent"].as_u64().unwrap()).sum();
+    assert_eq!((sent, received), (messages, messages), "{text}");
+    lines
+}
