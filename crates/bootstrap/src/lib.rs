@@ -783,7 +783,8 @@ mod tests {
         assert!(e.contains("\"missing\""), "{e}");
     }
 
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    /// A lookup over fixed pairs, standing in for the environment (pmi_client's tests too).
+    pub(crate) fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let m: HashMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

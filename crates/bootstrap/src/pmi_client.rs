@@ -991,16 +991,8 @@ pub(crate) mod fake {
 mod tests {
     use super::fake::{fake_server, hydra_like};
     use super::*;
-    use std::collections::HashMap;
+    use crate::tests::env_of;
     use std::io::{BufRead, BufReader, Write};
-
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
-    }
 
     #[test]
     fn pmi_env() {
