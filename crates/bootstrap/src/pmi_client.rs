@@ -665,6 +665,7 @@ impl PmiClient {
             .map_err(|e| self.err(format!("cmd=abort: {e}")))?;
         let d = Instant::now() + FINALIZE_TIMEOUT;
         self.finalize_on_drop.store(false, Ordering::SeqCst);
+        drain_output_at_exit();
         self.conn
             .send(line.as_bytes(), d)
             .map_err(|f| self.fault(f, "cmd=abort"))
@@ -789,12 +790,60 @@ impl Drop for PmiClient {
             if let Some(fd) = self.conn.fd.take() {
                 let _ = fd.into_raw_fd();
             }
+            drain_output_at_exit();
             return;
         }
         let d = Instant::now() + FINALIZE_TIMEOUT.min(self.timeout);
         if let Err(e) = self.call(&Request::Finalize, d) {
             tracing::warn!("leaving the job: {e}");
         }
+    }
+}
+
+/// How long a failing rank waits at exit for the launcher to read its output.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Arranges that, when this process exits, it first waits (up to [`DRAIN_TIMEOUT`]) until the
+/// launcher has read what it wrote to stdout and stderr. A rank that leaves the job without
+/// finalize makes Hydra's proxy kill the other ranks, and the proxy may die on that (a write to
+/// a killed rank's PMI socket) before it forwarded this rank's last words: the error message
+/// that says why the job stopped. Only the failure path pays this wait.
+fn drain_output_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn drain() {
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        for fd in [1, 2] {
+            while unread_bytes(fd).is_some_and(|n| n > 0) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain function; it only reads fd state and sleeps.
+        unsafe { libc::atexit(drain) };
+    });
+}
+
+/// Bytes written to `fd` that its reader has not taken yet: for a pipe, what the pipe holds;
+/// for a socket, what is still queued on this side. `None` for anything else (a file, a
+/// terminal) or on error: nothing to wait for.
+fn unread_bytes(fd: RawFd) -> Option<usize> {
+    // SAFETY: fstat and ioctl write only into the locals given; a closed fd is an error.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return None;
+        }
+        let request = match st.st_mode & libc::S_IFMT {
+            libc::S_IFIFO => libc::FIONREAD,
+            libc::S_IFSOCK => libc::TIOCOUTQ,
+            _ => return None,
+        };
+        let mut n: libc::c_int = 0;
+        if libc::ioctl(fd, request, &mut n) != 0 {
+            return None;
+        }
+        usize::try_from(n).ok()
     }
 }
 
@@ -1297,5 +1346,28 @@ mod tests {
         let f = std::fs::File::open("/proc/self/stat").unwrap();
         let e = take_inherited_fd(f.as_raw_fd()).unwrap_err();
         assert!(e.contains("is not a socket"), "{e}");
+    }
+
+    #[test]
+    fn unread_output_is_counted_on_pipes_and_sockets() {
+        use std::io::{Read, Write};
+        let (mut r, mut w) = std::io::pipe().unwrap();
+        assert_eq!(unread_bytes(w.as_raw_fd()), Some(0));
+        w.write_all(b"last words\n").unwrap();
+        assert_eq!(unread_bytes(w.as_raw_fd()), Some(11));
+        let mut buf = [0u8; 11];
+        r.read_exact(&mut buf).unwrap();
+        assert_eq!(unread_bytes(w.as_raw_fd()), Some(0));
+
+        let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.write_all(b"12345").unwrap();
+        // Unix sockets count the buffer's overhead too.
+        assert!(unread_bytes(a.as_raw_fd()).is_some_and(|n| n >= 5));
+        b.read_exact(&mut buf[..5]).unwrap();
+        assert_eq!(unread_bytes(a.as_raw_fd()), Some(0));
+
+        let f = std::fs::File::open("/proc/self/stat").unwrap();
+        assert_eq!(unread_bytes(f.as_raw_fd()), None);
+        assert_eq!(unread_bytes(987_654), None);
     }
 }
