@@ -113,6 +113,9 @@ pub(crate) struct Peer {
     pub reorder: BTreeMap<u64, Handle>,
     pub wait_cts: HashMap<u64, ReqId>,
     pub rdv_recv: HashMap<u64, ReqId>,
+    /// Rendezvous receives (by seq) whose buffer was offered for a direct copy: only these may
+    /// be completed by a FIN.
+    pub direct_granted: HashSet<u64>,
     pub pull_q: VecDeque<PullJob>,
     pub rr_next: usize,
     pub failed: Option<String>,
@@ -160,6 +163,7 @@ impl Peer {
             reorder: BTreeMap::new(),
             wait_cts: HashMap::new(),
             rdv_recv: HashMap::new(),
+            direct_granted: HashSet::new(),
             pull_q: VecDeque::new(),
             rr_next: 0,
             failed: None,
@@ -712,6 +716,7 @@ impl<B: Buffer> Core<B> {
         p.pull_q.clear();
         p.wait_cts.clear();
         p.rdv_recv.clear();
+        p.direct_granted.clear();
         let held: Vec<Handle> = std::mem::take(&mut p.reorder).into_values().collect();
         for u in held {
             self.free_unexp(u);
@@ -1054,6 +1059,7 @@ impl<B: Buffer> Core<B> {
             h.flags |= hx_wire::FLAG_DIRECT;
             h.value = buf.as_mut_ptr() as u64;
             h.tag = buf.len() as u64;
+            self.peers[peer as usize].direct_granted.insert(seq);
         }
         let rail = self.pick_rail(peer);
         self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));

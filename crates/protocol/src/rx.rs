@@ -332,7 +332,10 @@ impl<B: Buffer> Core<B> {
                 Ok(None)
             }
             FrameKind::Data => {
-                let p = &self.peers[peer as usize];
+                let p = &mut self.peers[peer as usize];
+                // Data frames mean the sender did not (or could not) copy directly: no FIN
+                // may complete this receive any more.
+                p.direct_granted.remove(&h.seq);
                 let Some(&req) = p.rdv_recv.get(&h.seq) else {
                     if h.seq < p.rx_seq {
                         // A resent chunk of a message already complete.
@@ -365,6 +368,14 @@ impl<B: Buffer> Core<B> {
             FrameKind::Fin => {
                 // The sender copied the message into our buffer directly.
                 let p = &mut self.peers[peer as usize];
+                if !p.direct_granted.remove(&h.seq) {
+                    return Err(Self::violation(
+                        peer,
+                        rail,
+                        h.seq,
+                        "FIN for no direct copy offered",
+                    ));
+                }
                 let Some(req) = p.rdv_recv.remove(&h.seq) else {
                     return Err(Self::violation(peer, rail, h.seq, "FIN for no rendezvous"));
                 };
@@ -480,6 +491,7 @@ impl<B: Buffer> Core<B> {
                     rv.chunks = Default::default();
                     if let Some((from, seq)) = rv.rdv {
                         self.peers[from as usize].rdv_recv.remove(&seq);
+                        self.peers[from as usize].direct_granted.remove(&seq);
                         // The sender completes when its data is acknowledged, on every rail
                         // that carried some.
                         self.ack_all_rails(from);

@@ -511,3 +511,56 @@ mod claims_and_failures {
         );
     }
 }
+
+/// A FIN (end of a direct copy) completes a rendezvous receive only where this side offered
+/// its buffer for that copy: a peer that was never offered one (TCP, or direct copies off)
+/// cannot complete a receive without sending its data.
+#[test]
+fn a_fin_without_a_granted_direct_copy_is_refused() {
+    use hx_protocol::Core;
+    use hx_wire::{FrameHeader, FrameKind};
+
+    for direct in [false, true] {
+        let mut core: Core<Vec<u8>> = Core::new(1, 2, Config::default());
+        core.set_rails(0, 1);
+        // With direct copies on, a FIN for a receive whose data already came as frames (the
+        // sender fell back) is refused too.
+        core.set_direct(0, direct);
+        let len = 1 << 20;
+        let r = core.recv(0, Some(0), None, vec![0xAA; len]).unwrap();
+        let mut rts = FrameHeader::new(FrameKind::Rts);
+        rts.value = len as u64;
+        rts.tag = 7;
+        let mut bytes = rts.to_bytes().to_vec();
+        if direct {
+            let chunk = vec![1u8; 1000];
+            let mut data = FrameHeader::new(FrameKind::Data);
+            data.payload_len = chunk.len() as u32;
+            bytes.extend(data.to_bytes());
+            bytes.extend(&chunk);
+        }
+        let mut fin = FrameHeader::new(FrameKind::Fin);
+        fin.value = len as u64;
+        bytes.extend(fin.to_bytes());
+
+        let mut result = Ok(());
+        let mut fed = 0;
+        while fed < bytes.len() && result.is_ok() {
+            let space = core.rx_space(0, 0);
+            let n = space.len().min(bytes.len() - fed);
+            space[..n].copy_from_slice(&bytes[fed..fed + n]);
+            fed += n;
+            result = core.rx_done(0, 0, n);
+        }
+        match result {
+            Err(ProtoError::Unexpected { peer: 0, what, .. }) => {
+                assert!(what.contains("FIN for no direct copy"), "{what}")
+            }
+            other => panic!("direct {direct}: expected a violation, got {other:?}"),
+        }
+        assert!(
+            !matches!(core.take(r), Some((Completion::Done(_), _))),
+            "direct {direct}: the receive completed without its data"
+        );
+    }
+}
