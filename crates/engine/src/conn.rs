@@ -45,7 +45,9 @@ pub(crate) struct PeerSlot {
     pub addr: Option<Address>,
     /// Reached through one shared-memory link instead of rails.
     pub shm: bool,
-    /// Process id for direct copies (0: none).
+    /// Process id for direct copies, as the kernel names the other end of the shared-memory
+    /// link (SO_PEERCRED, in our pid namespace), never as the peer's address claims it (0: no
+    /// link yet).
     pub pid: u32,
     pub rails: Vec<RailSlot>,
     /// Traffic has been queued for it at least once: connect whatever is down.
@@ -152,6 +154,27 @@ fn put<T>(v: &mut Vec<Option<T>>, x: T) -> usize {
 }
 
 impl Engine {
+    /// Whether large messages to same-host peers may be copied straight into their buffers:
+    /// `HX_DIRECT` on and Yama permitting. Where Yama needs it, the first call lets same-user
+    /// processes attach to this one (PR_SET_PTRACER_ANY), so that peers can copy into it too.
+    fn direct_allowed(&mut self) -> bool {
+        if !self.settings.direct {
+            return false;
+        }
+        match crate::setup::DirectCopy::here() {
+            crate::setup::DirectCopy::Allowed => true,
+            crate::setup::DirectCopy::Refused => false,
+            crate::setup::DirectCopy::NeedsPtracerAny => {
+                if !self.ptracer_set {
+                    // SAFETY: plain prctl.
+                    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+                    self.ptracer_set = true;
+                }
+                true
+            }
+        }
+    }
+
     /// The peer with this address, made known if it is new (its rails are computed, nothing is
     /// connected). `None` for this process itself.
     pub(crate) fn peer_for(&mut self, addr: &Address) -> Result<Rank, Error> {
@@ -163,8 +186,7 @@ impl Engine {
             if slot.addr.as_ref().is_some_and(|a| a.port == 0) && addr.port != 0 {
                 // Met over shared memory before its address was known: complete what we know.
                 slot.addr = Some(addr.clone());
-                if slot.shm && self.settings.direct && addr.pid != 0 {
-                    slot.pid = addr.pid;
+                if slot.shm && addr.pid != 0 && self.direct_allowed() {
                     self.core.set_direct(p, true);
                 }
             }
@@ -195,16 +217,8 @@ impl Engine {
         slot.shm = use_shm;
         slot.rails = routes.into_iter().map(RailSlot::new).collect();
         self.core.set_rails_down(p, slot.rails.len());
-        if use_shm && self.settings.direct && addr.pid != 0 {
-            slot.pid = addr.pid;
+        if use_shm && self.direct_allowed() && addr.pid != 0 {
             self.core.set_direct(p, true);
-            if !self.ptracer_set {
-                // Let peers write into our buffers even where Yama restricts ptrace to
-                // descendants.
-                // SAFETY: plain prctl.
-                unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
-                self.ptracer_set = true;
-            }
         }
         self.by_instance.insert(addr.instance, p);
         Ok(())
@@ -690,6 +704,7 @@ impl Engine {
                     );
                     return;
                 }
+                self.peers[o.peer as usize].pid = link.peer_pid().unwrap_or(0);
                 if let Err(e) = self.install_link(o.peer, 0, Box::new(link), true) {
                     warn!("shared memory to peer {}: {e}", o.peer);
                 }
@@ -704,8 +719,16 @@ impl Engine {
         }
     }
 
+    /// Accepts local connections to the shared-memory listener, as long as handshake slots
+    /// are free (the same bound as TCP's: local strangers hold at most [`MAX_PENDING`] slots,
+    /// each for at most [`HANDSHAKE_TIMEOUT`]).
     pub(crate) fn shm_accept(&mut self) {
         loop {
+            if self.shm_in.iter().filter(|c| c.is_some()).count() >= MAX_PENDING {
+                // Edge-triggered: `shm_slot_freed` comes back for what waits in the backlog.
+                self.shm_backlog_waiting = true;
+                return;
+            }
             let Some(l) = self.shm_listener.as_ref() else {
                 return;
             };
@@ -736,6 +759,16 @@ impl Engine {
                     return;
                 }
             }
+        }
+    }
+
+    /// Resumes accepting shared-memory connections if they waited for a free slot.
+    pub(crate) fn shm_slot_freed(&mut self) {
+        if self.shm_backlog_waiting
+            && self.shm_in.iter().filter(|c| c.is_some()).count() < MAX_PENDING
+        {
+            self.shm_backlog_waiting = false;
+            self.shm_accept();
         }
     }
 
@@ -797,6 +830,7 @@ impl Engine {
         }
         match i.a.complete(&self.secret) {
             Ok(link) => {
+                self.peers[peer as usize].pid = link.peer_pid().unwrap_or(0);
                 if let Err(e) = self.install_link(peer, 0, Box::new(link), false) {
                     warn!("shared memory from peer {peer}: {e}");
                 }

@@ -71,6 +71,8 @@ pub struct Engine {
     pub(crate) listeners: Vec<(TcpListener, String)>,
     pub(crate) pending: Vec<Option<PendingConn>>,
     pub(crate) backlog_waiting: bool,
+    /// Shared-memory connections wait in the listener's backlog: every handshake slot is taken.
+    pub(crate) shm_backlog_waiting: bool,
     pub(crate) connecting: Vec<Option<Connecting>>,
     pub(crate) shm_listener: Option<ShmListener>,
     pub(crate) shm_out: Vec<Option<ShmOut>>,
@@ -249,6 +251,7 @@ impl Engine {
             listeners,
             pending: Vec::new(),
             backlog_waiting: false,
+            shm_backlog_waiting: false,
             connecting: Vec::new(),
             shm_listener,
             shm_out: Vec::new(),
@@ -917,7 +920,8 @@ impl Engine {
                     };
                 }
                 T_LISTEN if token & T_SHM_ACCEPT == T_SHM_ACCEPT => {
-                    self.advance_shm_accept((token & 0xffff_ffff) as usize)
+                    self.advance_shm_accept((token & 0xffff_ffff) as usize);
+                    self.shm_slot_freed();
                 }
                 T_LISTEN => self.accept((token & 0xffff_ffff) as usize),
                 T_PENDING => self.advance_handshake((token & !T_MASK) as usize),
@@ -932,6 +936,7 @@ impl Engine {
             if now >= self.next_housekeeping {
                 self.next_housekeeping = now + HOUSEKEEPING;
                 self.housekeeping(now);
+                self.shm_slot_freed();
             }
         }
         self.polled
@@ -945,6 +950,12 @@ impl Engine {
         while let Some(w) = self.core.take_direct() {
             let pid = self.peers[w.peer as usize].pid as libc::pid_t;
             let src = self.core.direct_source(&w);
+            if pid == 0 || src.len() != w.len {
+                // No link's peer to copy into, or a stale request (its source is gone): the
+                // data frames path sorts it out.
+                self.core.direct_done(w, false);
+                continue;
+            }
             let mut done = 0;
             let mut err = None;
             while done < w.len {
@@ -956,8 +967,9 @@ impl Engine {
                     iov_base: (w.remote_addr as usize + done) as *mut libc::c_void,
                     iov_len: w.len - done,
                 };
-                // SAFETY: the local iovec covers our live send buffer; the remote one is the
-                // receive buffer the peer offered (the kernel checks it against its mappings).
+                // SAFETY: the local iovec lies within `src` (w.len == src.len()), our live send
+                // buffer; the remote one is the receive buffer the peer offered (the kernel
+                // checks it against the peer's mappings).
                 let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
                 if n <= 0 {
                     err = Some(std::io::Error::last_os_error());

@@ -168,16 +168,21 @@ pub fn report(get: &dyn Fn(&str) -> Option<String>) -> Result<String, crate::Err
     out.push_str("\nShared memory:\n");
     if settings.shm {
         out.push_str("  same-host peers: shared-memory rings (memfd), one per peer pair\n");
+        use crate::setup::DirectCopy;
         let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "absent".into());
+            .map(|s| format!("Yama ptrace_scope {}", s.trim()))
+            .unwrap_or_else(|_| "no Yama".into());
+        let how = match (settings.direct, DirectCopy::here()) {
+            (false, _) => "off (HX_DIRECT=0): through the ring".to_string(),
+            (true, DirectCopy::Allowed) => format!("on ({yama}: nothing to allow)"),
+            (true, DirectCopy::NeedsPtracerAny) => format!(
+                "on ({yama}: each rank lets processes of its user attach to it, \
+                 PR_SET_PTRACER_ANY; HX_DIRECT=0 avoids that)"
+            ),
+            (true, DirectCopy::Refused) => format!("off ({yama}): through the ring"),
+        };
         out.push_str(&format!(
-            "  direct copy of large messages (process_vm_writev): {} (Yama ptrace_scope {yama})\n",
-            if settings.direct {
-                "on"
-            } else {
-                "off (HX_DIRECT=0)"
-            }
+            "  direct copy of large messages (process_vm_writev): {how}\n"
         ));
     } else {
         out.push_str("  off (HX_TRANSPORTS=tcp): same-host peers use loopback TCP\n");

@@ -43,6 +43,38 @@ pub(crate) fn host_id() -> String {
     format!("{hostname}/{netns}")
 }
 
+/// Whether Yama (the kernel's ptrace restriction) lets same-host peers copy into this
+/// process with process_vm_writev, and what that takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DirectCopy {
+    /// No Yama, or `ptrace_scope` 0: any process of the same user may, nothing to do.
+    Allowed,
+    /// `ptrace_scope` 1: only after `prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`, which lets any
+    /// process of the same user attach to this one (what Open MPI's vader does for CMA).
+    NeedsPtracerAny,
+    /// `ptrace_scope` 2 or 3 (admin only, or never): large messages go through the ring.
+    Refused,
+}
+
+impl DirectCopy {
+    pub(crate) fn from_scope(scope: Option<&str>) -> DirectCopy {
+        match scope.map(str::trim) {
+            None | Some("0") => DirectCopy::Allowed,
+            Some("1") => DirectCopy::NeedsPtracerAny,
+            Some(_) => DirectCopy::Refused,
+        }
+    }
+
+    /// This host's, read once.
+    pub(crate) fn here() -> DirectCopy {
+        static HERE: std::sync::OnceLock<DirectCopy> = std::sync::OnceLock::new();
+        *HERE.get_or_init(|| {
+            let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok();
+            DirectCopy::from_scope(scope.as_deref())
+        })
+    }
+}
+
 /// This host's rail interfaces: up, not loopback, not the management network (the one the
 /// bootstrap service is reached through), filtered by HX_RAILS; sorted by subnet.
 pub(crate) fn rail_interfaces(
@@ -141,6 +173,17 @@ pub(crate) fn routes(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn direct_copy_follows_yama() {
+        use super::DirectCopy;
+        use super::DirectCopy::*;
+        assert_eq!(DirectCopy::from_scope(None), Allowed);
+        assert_eq!(DirectCopy::from_scope(Some("0\n")), Allowed);
+        assert_eq!(DirectCopy::from_scope(Some("1\n")), NeedsPtracerAny);
+        assert_eq!(DirectCopy::from_scope(Some("2\n")), Refused);
+        assert_eq!(DirectCopy::from_scope(Some("3")), Refused);
+    }
+
     use super::*;
     use hx_wire::RailIp;
 

@@ -164,3 +164,84 @@ fn a_receive_from_a_peer_that_dies_fails() {
     let err = res.unwrap_err().to_string();
     assert!(err.contains("closed its connections"), "{err}");
 }
+
+/// Large messages between same-host engines are copied straight into the receiver's buffer
+/// (process_vm_writev to the pid the kernel names for the shared-memory link) when HX_DIRECT
+/// is on and Yama allows it, and go through the ring otherwise; every byte arrives either way.
+#[test]
+fn large_same_host_messages_are_copied_directly() {
+    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok();
+    let yama_allows = matches!(yama.as_deref().map(str::trim), None | Some("0" | "1"));
+    for direct in [true, false] {
+        let mut s = settings(true, 1);
+        s.direct = direct;
+        let len = 3 << 20;
+        pair(s, true, move |i, e, peer| {
+            let peer = peer.unwrap();
+            let sent = e.isend(1, peer, 1, 9, pattern(i as u64, len)).unwrap();
+            let r = e.irecv(1, Some(peer), Some(9), vec![0; len]).unwrap();
+            let (st, buf) = e.wait_owned(r).unwrap();
+            assert_eq!(st.len, len);
+            assert!(buf.unwrap() == pattern(1 - i as u64, len), "bytes differ");
+            e.wait(sent).unwrap();
+            let through_ring = e.rail_tx_bytes(peer)[0];
+            if direct && yama_allows {
+                assert!(
+                    through_ring < 64 << 10,
+                    "{through_ring} bytes went through the ring, expected a direct copy"
+                );
+            } else {
+                assert!(
+                    through_ring >= len as u64,
+                    "direct {direct}: {through_ring}"
+                );
+            }
+        });
+    }
+}
+
+/// Local processes that connect to the shared-memory listener and stay silent hold at most
+/// 256 handshake slots, each for at most 5 s; the rest wait in the backlog, and a legitimate
+/// same-host peer still gets its link once slots free up.
+#[test]
+fn silent_local_connections_are_bounded_and_do_not_keep_peers_out() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let mut a = Engine::open(settings(true, 1), SECRET, None).unwrap();
+    a.open_endpoint(1).unwrap();
+    let a_addr = a.address(1);
+    let instance = hx_wire::Address::parse(&a_addr).unwrap().instance;
+    let name = hx_transport::shm::socket_name(&SECRET, instance);
+    let before = fds();
+    let strangers: Vec<UnixStream> = (0..300)
+        .map(|_| {
+            let s =
+                UnixStream::connect_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap())
+                    .unwrap();
+            a.progress().unwrap();
+            s
+        })
+        .collect();
+    a.progress().unwrap();
+    let held_by_a = fds() - before - strangers.len();
+    assert!(
+        (200..=256 + 8).contains(&held_by_a),
+        "the engine holds {held_by_a} descriptors for 300 silent connections"
+    );
+
+    let b = std::thread::spawn(move || {
+        let mut b = Engine::open(settings(true, 1), SECRET, None).unwrap();
+        b.open_endpoint(1).unwrap();
+        let (p, _) = b.insert(&a_addr).unwrap();
+        b.send(1, p, 1, 3, b"through").unwrap();
+        b.finalize().unwrap();
+    });
+    let mut buf = [0u8; 16];
+    let st = a.recv(1, ANY_SOURCE, Some(3), &mut buf).unwrap();
+    assert_eq!(&buf[..st.len], b"through");
+    b.join().unwrap();
+    drop(strangers);
+    a.finalize().unwrap();
+}

@@ -31,7 +31,9 @@ mod setup;
 #[cfg(test)]
 mod tests;
 
-pub use setup::{connect, listen, PeerHello, ShmAccepting, ShmConnecting, ShmListener};
+pub use setup::{
+    connect, connect_with_max, listen, PeerHello, ShmAccepting, ShmConnecting, ShmListener,
+};
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -162,8 +164,9 @@ fn create_segment(cap: usize) -> io::Result<(OwnedFd, Mapping)> {
 }
 
 /// Maps a segment received from a peer, checking everything before trusting it: sealed against
-/// shrinking (so accesses can never fault), magic, a sane capacity matching the file size.
-fn open_segment(fd: &OwnedFd) -> io::Result<(Mapping, usize)> {
+/// shrinking (so accesses can never fault), no larger than rings of `max_cap` bytes (the peer
+/// does not choose how much of our memory it maps), magic, a sane capacity matching the size.
+fn open_segment(fd: &OwnedFd, max_cap: usize) -> io::Result<(Mapping, usize)> {
     let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("shm segment: {m}"));
     // SAFETY: fcntl/fstat on an fd we own, into a zeroed stat buffer.
     let (seals, size) = unsafe {
@@ -178,6 +181,11 @@ fn open_segment(fd: &OwnedFd) -> io::Result<(Mapping, usize)> {
     let size = usize::try_from(size).map_err(|_| bad("negative size".into()))?;
     if !(HDR + 2 * MIN_CAPACITY..=HDR + 2 * MAX_CAPACITY).contains(&size) {
         return Err(bad(format!("size {size}")));
+    }
+    if size > HDR + 2 * max_cap {
+        return Err(bad(format!(
+            "{size} bytes, more than rings of {max_cap} bytes this side accepts"
+        )));
     }
     let map = Mapping::map(fd, size)?;
     if map.word(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
@@ -316,6 +324,29 @@ impl ShmLink {
     }
 
     /// Bytes per direction.
+    /// The process at the other end of the setup socket, as the kernel knows it
+    /// (SO_PEERCRED, in this process's pid namespace); `None` for a [`pair`].
+    pub fn peer_pid(&self) -> Option<u32> {
+        let s = self.sock.as_ref()?;
+        let mut cred = libc::ucred {
+            pid: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `cred`, a live ucred.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        (r == 0 && cred.pid > 0).then_some(cred.pid as u32)
+    }
+
     pub fn capacity(&self) -> usize {
         self.cap as usize
     }
@@ -587,7 +618,7 @@ pub fn host_key() -> io::Result<String> {
 /// has its own mapping of one segment, as two processes would.
 pub fn pair(capacity: usize) -> io::Result<(ShmLink, ShmLink)> {
     let (fd, map0) = create_segment(capacity)?;
-    let (map1, cap) = open_segment(&fd)?;
+    let (map1, cap) = open_segment(&fd, capacity)?;
     let (e0, e1) = (eventfd()?, eventfd()?);
     let (e0b, e1b) = (e0.try_clone()?, e1.try_clone()?);
     Ok((

@@ -276,7 +276,7 @@ impl AsRawFd for ShmListener {
 }
 
 /// Connects to the listener on abstract name `name` as `rank` (link `index`), retrying while
-/// nobody listens yet, all within `timeout`.
+/// nobody listens yet, all within `timeout`. Accepts rings of up to [`DEFAULT_CAPACITY`].
 pub fn connect(
     name: &str,
     secret: &Secret,
@@ -284,10 +284,26 @@ pub fn connect(
     index: u32,
     timeout: Duration,
 ) -> io::Result<ShmLink> {
+    connect_with_max(name, secret, rank, index, DEFAULT_CAPACITY, timeout)
+}
+
+/// [`connect`], accepting rings of up to `max_capacity` bytes from the listener.
+pub fn connect_with_max(
+    name: &str,
+    secret: &Secret,
+    rank: u32,
+    index: u32,
+    max_capacity: usize,
+    timeout: Duration,
+) -> io::Result<ShmLink> {
+    check_capacity(max_capacity)?;
     let deadline = Instant::now() + timeout;
     let mut c = loop {
         match ShmConnecting::start(name) {
-            Ok(c) => break c,
+            Ok(mut c) => {
+                c.max_capacity = max_capacity;
+                break c;
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -334,6 +350,8 @@ pub struct ShmConnecting {
     s: UnixStream,
     name: String,
     phase: ConnPhase,
+    /// The largest ring the listener may hand us: it decides the size of a segment we map.
+    max_capacity: usize,
 }
 
 impl ShmConnecting {
@@ -350,7 +368,16 @@ impl ShmConnecting {
                 buf: [0; CH_LEN],
                 have: 0,
             },
+            max_capacity: DEFAULT_CAPACITY,
         })
+    }
+
+    /// Accept rings of up to `capacity` bytes (default [`DEFAULT_CAPACITY`], what a listener
+    /// offers unless told otherwise).
+    pub fn set_max_capacity(&mut self, capacity: usize) -> io::Result<()> {
+        check_capacity(capacity)?;
+        self.max_capacity = capacity;
+        Ok(())
     }
 
     pub fn fd(&self) -> RawFd {
@@ -456,7 +483,16 @@ impl ShmConnecting {
                                 format!("shm @{name}: got {} descriptors, want {NFDS}", v.len()),
                             )
                         })?;
-                    let (map, cap2) = open_segment(&memfd)?;
+                    if cap > self.max_capacity as u64 {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "shm @{name}: listener offers rings of {cap} bytes, more than the {} this side accepts",
+                                self.max_capacity
+                            ),
+                        ));
+                    }
+                    let (map, cap2) = open_segment(&memfd, self.max_capacity)?;
                     if cap2 as u64 != cap {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,

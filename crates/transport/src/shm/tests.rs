@@ -189,16 +189,21 @@ fn segment_checks() {
     let fd = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC)) };
     // SAFETY: plain syscall on our fd.
     unsafe { libc::ftruncate(fd.as_raw_fd(), (HDR + 2 * MIN_CAPACITY) as i64) };
-    let e = open_segment(&fd).err().unwrap();
+    let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("sealed"), "{e}");
     let (fd, map) = create_segment(MIN_CAPACITY).unwrap();
     map.word(OFF_CAP)
         .store(2 * MIN_CAPACITY as u64, Ordering::Relaxed);
-    let e = open_segment(&fd).err().unwrap();
+    let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("does not match"), "{e}");
     map.word(OFF_MAGIC).store(1, Ordering::Relaxed);
-    let e = open_segment(&fd).err().unwrap();
+    let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("magic"), "{e}");
+    // A segment larger than this side accepts is refused before it is mapped.
+    let (fd, _map) = create_segment(4 * MIN_CAPACITY).unwrap();
+    let e = open_segment(&fd, 2 * MIN_CAPACITY).err().unwrap();
+    assert!(e.to_string().contains("this side accepts"), "{e}");
+    assert!(open_segment(&fd, 4 * MIN_CAPACITY).is_ok());
     // SAFETY: plain syscall; the seal must refuse it.
     let r = unsafe { libc::ftruncate(fd.as_raw_fd(), 100) };
     assert_eq!(r, -1, "shrinking a sealed segment must fail");
@@ -277,4 +282,39 @@ fn names_and_host_key() {
     let k = host_key().unwrap();
     assert!(k.contains("net:["), "{k}");
     assert_eq!(k, host_key().unwrap());
+}
+
+#[test]
+fn a_listener_cannot_make_the_connector_map_more_than_it_accepts() {
+    let secret = [7u8; 32];
+    let name = format!("hxcomm-test-cap-{}", std::process::id());
+    let mut listener = listen(&name).unwrap();
+    listener.set_capacity(4 * DEFAULT_CAPACITY).unwrap();
+    let t =
+        std::thread::spawn(move || listener.accept(&secret, Duration::from_secs(5)).map(|_| ()));
+    let e = connect(&name, &secret, 1, 0, Duration::from_secs(5))
+        .err()
+        .expect("a ring larger than the default was accepted");
+    assert!(e.to_string().contains("this side accepts"), "{e}");
+    let _ = t.join().unwrap();
+
+    // Asking for the larger ring is fine.
+    let mut listener = listen(&name).unwrap();
+    listener.set_capacity(4 * DEFAULT_CAPACITY).unwrap();
+    let t =
+        std::thread::spawn(move || listener.accept(&secret, Duration::from_secs(5)).map(|_| ()));
+    let link = connect_with_max(
+        &name,
+        &secret,
+        1,
+        0,
+        4 * DEFAULT_CAPACITY,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(link.capacity(), 4 * DEFAULT_CAPACITY);
+    // The kernel names the other end (here this very process); a pair has no socket.
+    assert_eq!(link.peer_pid(), Some(std::process::id()));
+    assert_eq!(pair(MIN_CAPACITY).unwrap().0.peer_pid(), None);
+    t.join().unwrap().unwrap();
 }
