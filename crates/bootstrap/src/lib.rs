@@ -12,8 +12,10 @@
 //! The service listens on loopback or on the testbed's management network only, and it trusts
 //! nobody: every connection must prove it knows the job secret (HMAC over a fresh nonce, compared in
 //! constant time), everything read from the network is bounded, and a bad peer loses its own
-//! connection without disturbing the job. The same [`hmac_sha256`] and [`ct_eq`] are reused by the
-//! engine for rail handshakes.
+//! connection without disturbing the job. Those primitives ([`hmac_sha256`], [`ct_eq`],
+//! [`fill_random`], [`new_secret`], [`Secret`]) live in `hx-auth`, which the rail handshakes
+//! (`hx-transport`) use too; they are re-exported here for the crates that reach them through the
+//! bootstrap.
 
 mod client;
 pub mod pmi;
@@ -34,8 +36,7 @@ pub use pmi_client::{management_ip, parse_pmi_env, PmiClient, PmiConfig, PmiEndp
 pub use server::KvServer;
 pub use wire::{decode_request, decode_response, DecodeError, Request, Response};
 
-/// The per-job secret shared by the launcher and all ranks.
-pub type Secret = [u8; 32];
+pub use hx_auth::{ct_eq, fill_random, hmac_sha256, new_secret, Secret};
 
 /// Environment variable with the rank of this process.
 pub const ENV_RANK: &str = "HX_RANK";
@@ -622,43 +623,6 @@ pub fn secret_from_env() -> Result<Secret, BootstrapError> {
     })
 }
 
-/// Fills `buf` from the kernel's random source (getrandom, falling back to /dev/urandom).
-pub fn fill_random(buf: &mut [u8]) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        let rest = &mut buf[done..];
-        // SAFETY: the pointer and length describe the writable slice `rest`.
-        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if n > 0 {
-            done += n as usize;
-            continue;
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::ENOSYS) | Some(libc::EPERM) => {
-                use std::io::Read;
-                return std::fs::File::open("/dev/urandom")?.read_exact(rest);
-            }
-            _ => return Err(err),
-        }
-    }
-    Ok(())
-}
-
-/// A fresh random job secret.
-///
-/// # Panics
-/// If the kernel has no random source at all (no getrandom and no /dev/urandom): running a job
-/// with a predictable secret would be worse.
-pub fn new_secret() -> Secret {
-    let mut s = [0u8; 32];
-    if let Err(e) = fill_random(&mut s) {
-        panic!("hx-bootstrap: cannot read random bytes for the job secret: {e}");
-    }
-    s
-}
-
 /// Lower-case hex of a secret (64 characters).
 pub fn secret_to_hex(s: &Secret) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -706,30 +670,6 @@ pub fn secret_from_hex(s: &str) -> Result<Secret, BootstrapError> {
     Ok(out)
 }
 
-/// HMAC-SHA256 of the concatenation of `parts` under `key`.
-pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    use hmac::{Hmac, Mac};
-    // HMAC accepts keys of any length, so this never fails.
-    let mut mac =
-        <Hmac<sha2::Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts keys of any length");
-    for p in parts {
-        mac.update(p);
-    }
-    mac.finalize().into_bytes().into()
-}
-
-/// Compares two byte strings in time that depends only on their lengths.
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
-        diff |= x ^ y;
-    }
-    std::hint::black_box(diff) == 0
-}
-
 /// The MAC a client presents for `rank` in answer to `nonce`.
 pub(crate) fn auth_mac(secret: &Secret, nonce: &[u8], rank: u32) -> [u8; 32] {
     hmac_sha256(secret, &[wire::AUTH_LABEL, nonce, &rank.to_le_bytes()])
@@ -752,24 +692,6 @@ mod tests {
         let bad = format!("{}zz", &h[..62]);
         let e = secret_from_hex(&bad).unwrap_err().to_string();
         assert!(e.contains("character 62"), "{e}");
-    }
-
-    #[test]
-    fn hmac_known_answer() {
-        // RFC 4231 test case 2.
-        let mac = hmac_sha256(b"Jefe", &[b"what do ya want ", b"for nothing?"]);
-        assert_eq!(
-            secret_to_hex(&mac),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
-        );
-    }
-
-    #[test]
-    fn ct_eq_works() {
-        assert!(ct_eq(b"abc", b"abc"));
-        assert!(!ct_eq(b"abc", b"abd"));
-        assert!(!ct_eq(b"abc", b"ab"));
-        assert!(ct_eq(b"", b""));
     }
 
     #[test]

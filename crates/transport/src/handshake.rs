@@ -5,7 +5,7 @@
 
 use std::io;
 
-use hx_bootstrap::{ct_eq, fill_random, hmac_sha256, Secret};
+use hx_auth::{ct_eq, fill_random, hmac_sha256, Secret};
 use hx_wire::{Address, Challenge, Hello, CHALLENGE_LEN, HELLO_LEN};
 
 /// Connector side: the hello that answers `challenge` (bytes read from the acceptor).
