@@ -4,6 +4,8 @@
 //! Every multi-byte field is little-endian. Parsing never panics and never reads past the slice:
 //! anything that comes from the network goes through these functions first.
 
+#![forbid(unsafe_code)]
+
 mod address;
 mod frame;
 mod hello;
