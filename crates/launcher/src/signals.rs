@@ -1,56 +1,43 @@
 //! Ctrl-C and SIGTERM for the launcher.
 //!
-//! Why it is built this way: the handler only stores the signal number in an atomic (the one thing
-//! that is safe in a handler); the launcher's monitor loop, which already wakes every few
-//! milliseconds to reap ranks, sees it and stops the job. No extra dependency is needed for that.
-//! `run()` may be called from several threads of one process (tests), so the handlers are installed
-//! by the first active job and the previous ones restored by the last.
+//! Why it is built this way: the signal-hook crate's handler stores the signal number in an atomic
+//! (the one thing that is safe in a handler); the launcher's monitor loop, which already wakes every
+//! few milliseconds to reap ranks, sees it and stops the job. `run()` may be called from several
+//! threads of one process (tests), so the first active guard starts recording and the last one
+//! stops: while no guard is alive, SIGINT and SIGTERM take their default action again (end the
+//! process), as before the first guard.
 
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, Once};
 
-static PENDING: AtomicI32 = AtomicI32::new(0);
+use signal_hook::consts::{SIGINT, SIGTERM};
 
-struct Installed {
-    users: usize,
-    old: Vec<(libc::c_int, libc::sigaction)>,
-}
-
-static STATE: Mutex<Installed> = Mutex::new(Installed {
-    users: 0,
-    old: Vec::new(),
-});
-
-const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
-
-extern "C" fn on_signal(sig: libc::c_int) {
-    PENDING.store(sig, Ordering::SeqCst);
-}
+/// The last signal recorded since the first active guard was installed (0: none).
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// True while no guard is alive: the signals then take their default action.
+static IDLE: AtomicBool = AtomicBool::new(true);
+/// How many guards are alive.
+static USERS: Mutex<usize> = Mutex::new(0);
+static REGISTER: Once = Once::new();
 
 /// While alive, SIGINT and SIGTERM are recorded instead of killing the process.
 pub struct SignalGuard(());
 
 impl SignalGuard {
     pub fn install() -> Self {
-        let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
-        if st.users == 0 {
-            PENDING.store(0, Ordering::SeqCst);
-            for sig in SIGNALS {
-                // SAFETY: plain sigaction calls with zero-initialised, fully set structs; the
-                // handler only touches an atomic.
-                unsafe {
-                    let mut sa: libc::sigaction = std::mem::zeroed();
-                    sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-                    sa.sa_flags = libc::SA_RESTART;
-                    libc::sigemptyset(&mut sa.sa_mask);
-                    let mut old: libc::sigaction = std::mem::zeroed();
-                    if libc::sigaction(sig, &sa, &mut old) == 0 {
-                        st.old.push((sig, old));
-                    }
-                }
+        REGISTER.call_once(|| {
+            for sig in [SIGINT, SIGTERM] {
+                // Registration fails only for the signals signal-hook forbids (SIGKILL, SIGSEGV..).
+                let _ = signal_hook::flag::register_usize(sig, &PENDING, sig as usize);
+                let _ = signal_hook::flag::register_conditional_default(sig, &IDLE);
             }
+        });
+        let mut users = USERS.lock().unwrap_or_else(|e| e.into_inner());
+        if *users == 0 {
+            PENDING.store(0, Ordering::SeqCst);
+            IDLE.store(false, Ordering::SeqCst);
         }
-        st.users += 1;
+        *users += 1;
         SignalGuard(())
     }
 
@@ -58,48 +45,41 @@ impl SignalGuard {
     pub fn pending(&self) -> Option<i32> {
         match PENDING.load(Ordering::SeqCst) {
             0 => None,
-            s => Some(s),
+            s => Some(s as i32),
         }
     }
 }
 
 impl Drop for SignalGuard {
     fn drop(&mut self) {
-        let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
-        st.users -= 1;
-        if st.users == 0 {
-            for (sig, old) in st.old.drain(..) {
-                // SAFETY: restores the disposition saved by `install`.
-                unsafe {
-                    libc::sigaction(sig, &old, std::ptr::null_mut());
-                }
-            }
+        let mut users = USERS.lock().unwrap_or_else(|e| e.into_inner());
+        *users -= 1;
+        if *users == 0 {
+            IDLE.store(true, Ordering::SeqCst);
         }
     }
 }
 
-/// "SIGKILL" for 9, "signal 64" for what has no name here.
+/// "SIGKILL" for 9, "signal 64" for what has no name.
 pub fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGTRAP => "SIGTRAP",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGUSR2 => "SIGUSR2",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGXCPU => "SIGXCPU",
-        libc::SIGXFSZ => "SIGXFSZ",
-        libc::SIGSYS => "SIGSYS",
-        _ => return format!("signal {sig}"),
-    };
-    name.to_owned()
+    match signal_hook::low_level::signal_name(sig) {
+        Some(name) => name.to_owned(),
+        None => format!("signal {sig}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_records_signals_and_names_them() {
+        let g = SignalGuard::install();
+        assert_eq!(g.pending(), None);
+        signal_hook::low_level::raise(SIGTERM).unwrap();
+        assert_eq!(g.pending(), Some(SIGTERM));
+        assert_eq!(signal_name(SIGTERM), "SIGTERM");
+        assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
+        assert_eq!(signal_name(64), "signal 64");
+    }
 }
