@@ -784,6 +784,17 @@ impl<B: Buffer> Core<B> {
         self.direct_q.pop_front()
     }
 
+    /// The receiver's side of a direct copy from `from` for rendezvous `seq`: the buffer it
+    /// offered, if it did. Lets the simulator copy without raw pointers.
+    pub(crate) fn granted_buffer(&mut self, from: Rank, seq: u64) -> Option<&mut [u8]> {
+        let p = self.peers.get(from as usize)?;
+        if !p.direct_granted.contains(&seq) {
+            return None;
+        }
+        let req = *p.rdv_recv.get(&seq)?;
+        Some(self.reqs.get_mut(req)?.buf.as_mut_slice())
+    }
+
     /// The bytes a direct copy reads.
     pub fn direct_source(&self, w: &DirectWrite) -> &[u8] {
         self.reqs

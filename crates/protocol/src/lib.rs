@@ -16,6 +16,8 @@
 //! took: every eager message and rendezvous request carries a per-pair sequence number and the
 //! receiver matches strictly in sequence order, holding early arrivals aside.
 
+#![forbid(unsafe_code)]
+
 mod buffer;
 mod core;
 mod rx;

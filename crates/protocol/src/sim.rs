@@ -175,18 +175,23 @@ impl Cluster {
         Ok(done(self))
     }
 
-    /// Performs the direct copies the cores asked for. All cores live in this process, so the
-    /// receiver's buffer address is valid here; a real driver uses process_vm_writev.
+    /// Performs the direct copies the cores asked for, as a driver's process_vm_writev would:
+    /// into the buffer the receiving core offered, which must be the one at the address the
+    /// CTS carried, and no further than its length.
     fn direct_copies(&mut self) {
         for c in 0..self.cores.len() {
             while let Some(w) = self.cores[c].take_direct() {
-                let src = self.cores[c].direct_source(&w);
-                // SAFETY: `remote_addr` is the buffer of a pending receive in another core of
-                // this process; it stays put until that receive completes, which needs the FIN
-                // this copy precedes. `len` is at most that buffer's capacity.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(src.as_ptr(), w.remote_addr as *mut u8, w.len)
-                };
+                let src = self.cores[c].direct_source(&w).to_vec();
+                let dst = self.cores[w.peer as usize]
+                    .granted_buffer(c as u32, w.seq)
+                    .expect("a direct copy into a buffer the receiver did not offer");
+                assert_eq!(
+                    dst.as_ptr() as u64,
+                    w.remote_addr,
+                    "CTS address is not the offered buffer's"
+                );
+                assert!(w.len <= dst.len(), "direct copy beyond the offered buffer");
+                dst[..w.len].copy_from_slice(&src[..w.len]);
                 self.cores[c].direct_done(w, true);
             }
         }
