@@ -119,7 +119,9 @@ fn number_and_unit(s: &str, what: &str, example: &str) -> Result<(f64, String), 
     Ok((value, unit.to_string()))
 }
 
-/// Parses a tc rate (`1gbit`, `500mbit`, `100mbps`, `2.5gbit`) into bits per second.
+/// Parses a tc rate (`1gbit`, `500mbit`, `100mbps`, `2.5gbit`) into bits per second. As in tc,
+/// `bit` units are bits and `bps` units are bytes per second: `100mbps` is 800 Mbit/s. Every
+/// reader of a `--rate` (the testbed, `bench compare`'s table) goes through this one function.
 pub fn parse_rate(s: &str) -> Result<u64, TestbedError> {
     let (value, unit) = number_and_unit(s, "rate", "1gbit")?;
     let mult: f64 = match unit.as_str() {

@@ -1,6 +1,7 @@
 //! Pure parts of `compare`: parsing the output of iperf3, sockperf, `hxcomm bench --json` and
 //! bench/mpi_osu.c, the rail-rate arithmetic, and medians and ratios. No I/O, tested below.
 
+use hx_testbed::spec::parse_rate;
 use serde_json::Value;
 
 /// What one iperf3 client (`-J`) reports.
@@ -189,25 +190,21 @@ pub fn hx_json(out: &str, bench: &str) -> Result<HxLine, String> {
     Err(format!("no {bench} line in hxcomm bench --json output"))
 }
 
-/// Nominal TCP-payload-free wire rate of each rail in MB/s (10^6 B/s) from a testbed `--rate`
-/// (`1gbit`, `100mbit`, `2.5gbit`, `500kbit`, a comma list for unequal rails); `None` for `none`.
-/// A list shorter than `rails` repeats its last entry, as a single rate applies to all rails.
+/// Nominal TCP-payload-free wire rate of each rail in MB/s (10^6 B/s) from a testbed `--rate`,
+/// read by the testbed's own [`parse_rate`] so that this table and `hxcomm net up` agree (tc
+/// units: `1gbit`, `100mbit`, `2.5gbit`, and `100mbps` = 100 megabytes/s); a comma list for
+/// unequal rails; `None` for `none`. A list shorter than `rails` repeats its last entry, as a
+/// single rate applies to all rails.
 pub fn rail_rates(rate: &str, rails: usize) -> Result<Option<Vec<f64>>, String> {
     if rate.trim().eq_ignore_ascii_case("none") {
         return Ok(None);
     }
-    let one = |s: &str| -> Result<f64, String> {
-        let s = s.trim().to_ascii_lowercase();
-        let (num, mult) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
-            .iter()
-            .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n.to_string(), *m)))
-            .ok_or_else(|| format!("bad rate {s:?} (want e.g. 1gbit, 100mbit or none)"))?;
-        let n: f64 = num
-            .parse()
-            .map_err(|_| format!("bad rate {s:?} (want e.g. 1gbit, 100mbit or none)"))?;
-        Ok(n * mult / 8e6)
-    };
-    let list: Vec<f64> = rate.split(',').map(one).collect::<Result<_, _>>()?;
+    let one = |s: &str| parse_rate(s.trim()).map(|bits| bits as f64 / 8e6);
+    let list: Vec<f64> = rate
+        .split(',')
+        .map(one)
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
     let last = *list.last().ok_or("empty --rate")?;
     Ok(Some(
         (0..rails)
@@ -400,6 +397,8 @@ sockperf: ---> <MIN> observation =    3.594
         );
         assert_eq!(rail_rates("100Mbit", 1).unwrap(), Some(vec![12.5]));
         assert_eq!(rail_rates("2.5gbit", 1).unwrap(), Some(vec![312.5]));
+        // tc's (and the testbed's) mbps is megabytes per second: 100mbps = 800 Mbit/s.
+        assert_eq!(rail_rates("100mbps", 1).unwrap(), Some(vec![100.0]));
         assert_eq!(rail_rates("none", 4).unwrap(), None);
         assert!(rail_rates("fast", 1).is_err());
         assert_eq!(rail_counts("1,2, 4").unwrap(), vec![1, 2, 4]);
