@@ -8,7 +8,7 @@ use crate::fabric::{enosys_control, enosys_ops_open, ptr};
 use crate::sys::*;
 use crate::util::*;
 use libc::{c_char, c_int, c_void};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 

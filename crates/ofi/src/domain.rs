@@ -9,7 +9,7 @@ use crate::hints::DOMAIN_NAME;
 use crate::sys::*;
 use crate::util::*;
 use libc::{c_int, c_void};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -67,8 +67,8 @@ impl DomainShared {
             api_version,
             state: Mutex::new(DomainState {
                 backend,
-                pending: HashMap::new(),
-                peer_refs: HashMap::new(),
+                pending: HashMap::default(),
+                peer_refs: HashMap::default(),
                 scratch: Vec::new(),
             }),
         })

@@ -3,7 +3,7 @@
 //! untagged messages are separate matching spaces), peers as the engine knows them (by address,
 //! connected on first use).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -154,9 +154,9 @@ impl EngineBackend {
             engine: Some(engine),
             next_ep: 1,
             peers: Vec::new(),
-            peer_ids: HashMap::new(),
-            ops: HashMap::new(),
-            claims: HashMap::new(),
+            peer_ids: HashMap::default(),
+            ops: HashMap::default(),
+            claims: HashMap::default(),
             finished: Vec::new(),
             name_servers: Vec::new(),
             stop: Default::default(),

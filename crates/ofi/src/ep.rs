@@ -9,7 +9,7 @@ use crate::hints::{self, INJECT_SIZE};
 use crate::sys::*;
 use crate::util::*;
 use libc::{c_int, c_void, iovec};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 

@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use hx_wire::{FrameHeader, FrameKind};
 
 use crate::rx::{Dest, RxState};
@@ -186,7 +188,7 @@ pub struct Core<B> {
     pub(crate) peers: Vec<Peer>,
     pub(crate) reqs: Slab<Request<B>>,
     pub(crate) unexp: Slab<Unexp>,
-    pub(crate) eps: HashMap<EpId, EpQueues>,
+    pub(crate) eps: FxHashMap<EpId, EpQueues>,
     pub(crate) dirty: Vec<Rank>,
     pub(crate) spare_bufs: Vec<Vec<u8>>,
     pub(crate) resends: u64,
@@ -194,7 +196,7 @@ pub struct Core<B> {
     /// Data of the message being sent to self (passed to `send_to_self`).
     pub(crate) self_data: Option<u64>,
     /// Held messages taken out of matching by `claim`.
-    pub(crate) claimed: HashSet<Handle>,
+    pub(crate) claimed: FxHashSet<Handle>,
     /// Requests finished since the driver last asked (only while tracking is on).
     pub(crate) finished: Option<Vec<ReqId>>,
 }
@@ -270,13 +272,13 @@ impl<B: Buffer> Core<B> {
             peers,
             reqs: Slab::new(),
             unexp: Slab::new(),
-            eps: HashMap::new(),
+            eps: FxHashMap::default(),
             dirty: Vec::new(),
             spare_bufs: Vec::new(),
             resends: 0,
             direct_q: VecDeque::new(),
             finished: None,
-            claimed: HashSet::new(),
+            claimed: FxHashSet::default(),
             self_data: None,
         }
     }
@@ -682,6 +684,11 @@ impl<B: Buffer> Core<B> {
     /// may appear more than once; look at its completion.
     pub fn take_finished(&mut self, out: &mut Vec<ReqId>) {
         out.extend(self.drain_finished());
+    }
+
+    /// Whether requests finished since the last drain (tracking on).
+    pub fn has_finished(&self) -> bool {
+        self.finished.as_ref().is_some_and(|f| !f.is_empty())
     }
 
     /// The requests that finished since the last call, without a copy.
@@ -1158,7 +1165,7 @@ impl<B: Buffer> Core<B> {
     }
 }
 
-fn q_push(eps: &mut HashMap<EpId, EpQueues>, ep: EpId, u: Handle) {
+fn q_push(eps: &mut FxHashMap<EpId, EpQueues>, ep: EpId, u: Handle) {
     eps.entry(ep).or_default().unexpected.push_back(u);
 }
 
