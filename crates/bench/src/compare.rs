@@ -10,7 +10,6 @@
 //! also on error or Ctrl-C, unless `--keep`.
 
 mod parse;
-mod proc;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +20,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use self::parse::{median, ratio};
-use self::proc::{in_ns, Job};
+use hx_testbed::proc::{self, in_ns, Job};
 
 const MPI_OSU_C: &str = include_str!("../../../bench/mpi_osu.c");
 const NETNS_RSH: &str = include_str!("../../../bench/netns-rsh");
@@ -198,7 +197,7 @@ pub fn run(o: &CompareOpts) -> Result<(), String> {
     if o.runs == 0 {
         return Err("--runs must be at least 1".into());
     }
-    proc::catch_signals();
+    proc::catch_signals(&[libc::SIGINT, libc::SIGTERM]);
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
     let dir = std::env::temp_dir().join(format!("hxcomm-compare.{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;

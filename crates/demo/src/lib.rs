@@ -9,13 +9,13 @@ pub mod lock;
 pub mod plan;
 pub mod report;
 pub mod results;
-pub mod signals;
 pub mod svg;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use hx_testbed::proc;
 
 use plan::{Mode, POLICIES, RAIL_COUNTS};
 use results::{Bench, ConfigResult};
@@ -39,24 +39,17 @@ pub struct DemoArgs {
 
 /// Runs the demo; returns the process exit code (130 when stopped by a signal).
 pub fn run(args: DemoArgs) -> i32 {
-    signals::install();
+    proc::catch_signals(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP]);
     match demo(&args) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("hxcomm demo: {e}");
-            if signals::pending().is_some() {
+            if proc::interrupted().is_some() {
                 130
             } else {
                 1
             }
         }
-    }
-}
-
-fn stopped() -> Result<(), String> {
-    match signals::pending() {
-        Some(sig) => Err(format!("interrupted by {}", signals::name(sig))),
-        None => Ok(()),
     }
 }
 
@@ -138,7 +131,7 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     let exe_copy = ExeCopy::new()?;
     let exe = exe_copy.path.to_string_lossy().into_owned();
     let _lock = lock::BenchLock::acquire(Path::new(lock::BENCH_LOCK), &|| {
-        signals::pending().is_some()
+        proc::interrupted().is_some()
     })?;
     let root = hx_testbed::is_root();
     let mode = if root && !args.loopback && have_ip() {
@@ -247,7 +240,7 @@ fn measure_all(mode: &Mode, exe: &str, quick: bool) -> Result<Vec<ConfigResult>,
     let mut out = Vec::new();
     for &rails in &RAIL_COUNTS {
         for policy in POLICIES {
-            stopped()?;
+            proc::check_interrupted()?;
             let t = Instant::now();
             let mut r = ConfigResult {
                 policy: policy.into(),
@@ -258,7 +251,7 @@ fn measure_all(mode: &Mode, exe: &str, quick: bool) -> Result<Vec<ConfigResult>,
                 for seg in plan::segments(bench, quick) {
                     let mut runs = Vec::new();
                     for _ in 0..plan::repeats(bench) {
-                        stopped()?;
+                        proc::check_interrupted()?;
                         runs.push(run_segment(mode, exe, policy, rails, bench, &seg)?);
                     }
                     r.series_mut(bench).extend(results::median_by_size(&runs));

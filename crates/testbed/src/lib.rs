@@ -4,11 +4,14 @@
 //! (rail i = 10.10.i.0/24, host k = 10.10.i.(k+1) on `r<i>`), each rail interface shaped with tbf,
 //! plus an unshaped management network 10.200.N.0/24 (root side 10.200.N.254 on bridge
 //! `PREFIX-mgmt`, host k = 10.200.N.(k+1) on `mgmt`). See [`net`] for the exact layout. What `up`
-//! made is recorded in /run/hxcomm/net-PREFIX.json; `down` removes exactly that.
+//! made is recorded in /run/hxcomm/net-PREFIX.json; `down` removes exactly that. [`proc`] runs the
+//! commands of the programs that drive a testbed (`hxcomm demo`, `hxcomm bench compare`): with a
+//! timeout, as a process group, stopped on Ctrl-C.
 
 mod cli;
 mod hosts;
 pub mod net;
+pub mod proc;
 pub mod spec;
 pub mod state;
 mod sys;
