@@ -285,7 +285,11 @@ mod tests {
     /// One test, in order: the flag that a caught signal sets is process-wide.
     #[test]
     fn jobs_finish_time_out_as_a_group_and_stop_on_a_signal() {
-        let d = run(sh("echo out; echo oops >&2; exit 3"), Duration::from_secs(10)).unwrap();
+        let d = run(
+            sh("echo out; echo oops >&2; exit 3"),
+            Duration::from_secs(10),
+        )
+        .unwrap();
         assert!(!d.ok);
         assert_eq!(d.stdout, "out\n");
         let e = d.into_stdout("sh").unwrap_err();
