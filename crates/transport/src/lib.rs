@@ -6,10 +6,6 @@
 //! handshake, interface discovery) live here too, since they are about sockets, not protocol.
 //! The handshakes authenticate with `hx-auth` (HMAC over a nonce under the job secret).
 
-// shm.rs and shm/setup.rs still spell the auth primitives `hx_bootstrap::…` (the crate they came
-// from); this name makes those paths resolve to hx-auth. Once both say `hx_auth::`, delete it.
-extern crate hx_auth as hx_bootstrap;
-
 pub mod faulty;
 pub mod handshake;
 pub mod ifaces;

@@ -599,8 +599,8 @@ impl Drop for ShmLink {
 /// The abstract socket name on which `rank` of the job with `secret` listens for shared-memory
 /// links: `hxcomm-<16 hex of HMAC(secret, "shm")>-<rank>`. Unique per job and rank, and it
 /// reveals nothing about the secret.
-pub fn socket_name(secret: &hx_bootstrap::Secret, id: u64) -> String {
-    let tag = hx_bootstrap::hmac_sha256(secret, &[b"shm"]);
+pub fn socket_name(secret: &hx_auth::Secret, id: u64) -> String {
+    let tag = hx_auth::hmac_sha256(secret, &[b"shm"]);
     let hex: String = tag[..8].iter().map(|b| format!("{b:02x}")).collect();
     format!("hxcomm-{hex}-{id:x}")
 }

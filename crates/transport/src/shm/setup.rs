@@ -22,7 +22,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
-use hx_bootstrap::{ct_eq, fill_random, hmac_sha256, Secret};
+use hx_auth::{ct_eq, fill_random, hmac_sha256, Secret};
 
 use super::{check_capacity, create_segment, eventfd, open_segment, ShmLink, DEFAULT_CAPACITY};
 
