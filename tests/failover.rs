@@ -1,5 +1,5 @@
 //! Rail and rank failures on the emulated cluster (needs root and network namespaces; skips
-//! otherwise). Rails are cut during validated transfers under every policy; the jobs must finish
+//! otherwise, through tests/util/skip.rs, and fails instead when `CI=true`). Rails are cut during validated transfers under every policy; the jobs must finish
 //! byte-exact, and a restored rail must come back.
 
 mod util;
@@ -7,12 +7,11 @@ mod util;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use hx_testbed::{is_root, Testbed, TestbedSpec};
+use hx_testbed::{Testbed, TestbedSpec};
 use util::{hxcomm, no_process_with, rank_pids};
 
 fn testbed(tag: &str, rails: u32) -> Option<Testbed> {
-    if !is_root() || Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: needs root (network namespaces)");
+    if !util::skip::need_netns() {
         return None;
     }
     let name = format!("f{tag}{}", std::process::id() % 1000);

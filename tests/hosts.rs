@@ -7,8 +7,8 @@
 //! SIGTERM and `kill -9` of the launcher. As root, on a testbed of its own: validated random
 //! traffic and the C example over the namespace agent bench/netns-rsh, and the same over real
 //! ssh (an sshd in each namespace, keys made for the test) with a `kill -9` of the launcher that
-//! must leave no process in any namespace. The root tests print "skipped: <name>: <reason>"
-//! without root (or sshd), and fail instead when `CI=true`.
+//! must leave no process in any namespace. Without root (or sshd, or cc) the root tests skip
+//! through tests/util/skip.rs (printed, listed in HX_SKIP_LOG), and fail instead when `CI=true`.
 
 mod util;
 
@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use util::skip::{need, need_root};
 use util::{hxcomm, no_process_with};
 
 /// Variables of an outer launcher that must not leak into the jobs these tests start.
@@ -84,24 +85,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Whether the root-only test `name` can run: skips visibly without root, fails under CI.
-fn need_root(name: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{name}: needs root (network namespaces), and CI=true requires it"
-    );
-    println!("skipped: {name}: needs root (network namespaces)");
-    false
 }
 
 /// Checks the JSON summaries of an `n`-rank stress job of `messages` messages (every rank
@@ -566,8 +549,7 @@ fn build_pingpong(dir: &Path) -> PathBuf {
 /// two hosts.
 #[test]
 fn hosts_on_the_testbed_through_netns_rsh() {
-    let name = "hosts_on_the_testbed_through_netns_rsh";
-    if !need_root(name) {
+    if !need_root() {
         return;
     }
     let _lock =
@@ -610,20 +592,19 @@ fn hosts_on_the_testbed_through_netns_rsh() {
     println!("stress, 6 ranks on 3 testbed hosts: {:?}", t0.elapsed());
     drop(t);
 
-    pingpong_between(name, &dir, &h[0], &h[2], agent);
+    pingpong_between(&dir, &h[0], &h[2], agent);
     drop(tb);
     let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The C example (examples/pingpong.c) as two ranks on hosts `a` and `b` through `rsh`, checked;
-/// without `cc` a failure under CI=true, else a visible skip.
-fn pingpong_between(name: &str, dir: &Path, a: &str, b: &str, rsh: &str) {
-    if Command::new("cc").arg("--version").output().is_err() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{name}: no cc, and CI=true requires it"
-        );
-        println!("skipped: {name}: C example: no C compiler (`cc`)");
+/// without `cc` a failure under CI=true, else a visible skip (of this part).
+fn pingpong_between(dir: &Path, a: &str, b: &str, rsh: &str) {
+    let have_cc = util::skip::have("cc", &["--version"]);
+    if !need(
+        have_cc,
+        "C example: no C compiler (`cc`, apt-get install -y gcc)",
+    ) {
         return;
     }
     let exe = build_pingpong(dir);
@@ -688,21 +669,18 @@ fn sshd_path() -> Option<PathBuf> {
 /// agent or ssh process may be left in any namespace.
 #[test]
 fn hosts_over_real_ssh_and_kill_9_of_the_launcher() {
-    let name = "hosts_over_real_ssh_and_kill_9_of_the_launcher";
-    if !need_root(name) {
+    if !need_root() {
         return;
     }
-    let have_ssh = Command::new("ssh").arg("-V").output().is_ok();
-    let Some(sshd) = sshd_path().filter(|_| have_ssh) else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{name}: no sshd/ssh, and CI=true requires them (apt-get install -y openssh-server openssh-client)"
-        );
-        println!(
-            "skipped: {name}: no sshd or ssh (apt-get install -y openssh-server openssh-client)"
-        );
+    let have_ssh = util::skip::have("ssh", &["-V"]);
+    let sshd = sshd_path().filter(|_| have_ssh);
+    if !need(
+        sshd.is_some(),
+        "no sshd or ssh (apt-get install -y openssh-server openssh-client)",
+    ) {
         return;
-    };
+    }
+    let sshd = sshd.unwrap();
     let _lock =
         hx_demo::lock::BenchLock::acquire(Path::new(hx_demo::lock::BENCH_LOCK), &|| false).unwrap();
     let dir = tmp_dir("ssh");
@@ -864,7 +842,7 @@ fn hosts_over_real_ssh_and_kill_9_of_the_launcher() {
     assert!(gone, "processes left after kill -9 of the launcher");
 
     // The C example over ssh too, between two hosts.
-    pingpong_between(name, &dir, &h[0], &h[2], &rsh);
+    pingpong_between(&dir, &h[0], &h[2], &rsh);
     drop(sshds);
     drop(tb);
     let _ = std::fs::remove_dir_all(dir);

@@ -4,8 +4,9 @@
 //! root: four namespaces, Hydra's ssh launcher through bench/netns-rsh), a rank that fails to
 //! start, and a PMI server that closes early, sends garbage or goes silent.
 //!
-//! Without `mpiexec.hydra` the Hydra tests print "skipped: <name>: <reason>", or fail when
-//! `CI=true` (CI installs `mpich`).
+//! Without `mpiexec.hydra` (or root, for the testbed) the Hydra tests skip through
+//! tests/util/skip.rs (printed, listed in HX_SKIP_LOG), or fail when `CI=true` (CI runs as root
+//! and installs `mpich`).
 
 mod util;
 
@@ -17,6 +18,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use util::skip::{need_root, need_tool};
 use util::{hxcomm, no_process_with};
 
 const HYDRA: &str = "mpiexec.hydra";
@@ -35,29 +37,9 @@ const OUTER: [&str; 10] = [
     "PMI_SIZE",
 ];
 
-fn have_hydra() -> bool {
-    Command::new(HYDRA)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Whether the Hydra test `name` can run: skips visibly without Hydra, or fails under CI.
-fn need_hydra(name: &str) -> bool {
-    if have_hydra() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{name}: {HYDRA} not found, and CI=true requires it (apt-get install -y mpich)"
-    );
-    println!("skipped: {name}: {HYDRA} not found (apt-get install -y mpich)");
-    false
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+/// Whether the running test can use Hydra: skips visibly without it, or fails under CI.
+fn need_hydra() -> bool {
+    need_tool(HYDRA, &["--version"], "mpich")
 }
 
 /// Runs `mpiexec.hydra ARGS` (killed after 120 s) with `env` added.
@@ -117,7 +99,7 @@ fn stress_args<'a>(seed: &'a str, messages: &'a str) -> Vec<&'a str> {
 /// through `mpiexec -genv`.
 #[test]
 fn stress_under_hydra_on_one_host() {
-    if !need_hydra("stress_under_hydra_on_one_host") {
+    if !need_hydra() {
         return;
     }
     let _lock =
@@ -165,7 +147,7 @@ fn stress_under_hydra_on_one_host() {
 /// their bootstrap timeout.
 #[test]
 fn a_rank_that_cannot_start_stops_the_hydra_job() {
-    if !need_hydra("a_rank_that_cannot_start_stops_the_hydra_job") {
+    if !need_hydra() {
         return;
     }
     let _lock =
@@ -371,12 +353,7 @@ fn a_bad_pmi_server_ends_the_rank_fast() {
 /// leave that network out (two rails per peer, not three) and run validated random traffic.
 #[test]
 fn stress_under_hydra_on_the_testbed() {
-    let name = "stress_under_hydra_on_the_testbed";
-    if !is_root() {
-        println!("skipped: {name}: needs root (network namespaces)");
-        return;
-    }
-    if !need_hydra(name) {
+    if !need_root() || !need_hydra() {
         return;
     }
     let _lock =

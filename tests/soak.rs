@@ -11,14 +11,13 @@ mod util;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hx_testbed::{is_root, Testbed, TestbedSpec};
+use hx_testbed::{Testbed, TestbedSpec};
 use util::hxcomm;
 
 #[test]
 #[ignore]
 fn soak() {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces)");
+    if !util::skip::need_root() {
         return;
     }
     let secs: u64 = std::env::var("HX_SOAK_SECONDS")

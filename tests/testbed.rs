@@ -1,7 +1,8 @@
 //! The emulated cluster end to end (needs root: network namespaces): a 2-host, 4-rail, 1 Gbit/s
 //! testbed of its own, 10,000 random validated messages under every policy, a validated bw run,
 //! and the rails' byte counters (every rail carries traffic under rr, stripe and adaptive; bind
-//! keeps the pair on one rail). Without root it prints why it skips.
+//! keeps the pair on one rail). Without root it skips through tests/util/skip.rs (printed, listed
+//! in HX_SKIP_LOG), and fails instead when `CI=true`.
 
 mod util;
 
@@ -14,16 +15,6 @@ use util::{hxcomm, no_process_with};
 
 const RAILS: usize = 4;
 const MESSAGES: u64 = 10_000;
-
-fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ip = Command::new("ip")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    root && ip
-}
 
 /// Bytes sent on each rail by both hosts between two counter readings.
 fn rail_tx(before: &[Vec<RailCounters>], after: &[Vec<RailCounters>]) -> Vec<u64> {
@@ -55,8 +46,7 @@ fn namespaces_of(name: &str) -> Vec<String> {
 
 #[test]
 fn random_traffic_over_rate_limited_rails_under_every_policy() {
-    if !can_run() {
-        println!("skipped: needs root (network namespaces)");
+    if !util::skip::need_netns() {
         return;
     }
     // Heavy traffic: never during someone's measurement.

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod skip;
+
 use std::time::{Duration, Instant};
 
 pub fn hxcomm() -> &'static str {

@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 
 mod common;
 use common::{cargo_build, profile_dir, workspace_root};
+#[path = "../../../tests/util/skip.rs"]
+mod skip;
 
 fn c_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c")
@@ -27,21 +29,9 @@ fn built() {
 }
 
 /// Whether `cc` is there: a missing compiler fails under CI=true, else the test is skipped
-/// visibly.
-fn need_cc(name: &str) -> bool {
-    if Command::new("cc")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{name}: no C compiler (`cc`), and CI=true requires one"
-    );
-    println!("skipped: {name}: no C compiler (`cc`)");
-    false
+/// visibly (tests/util/skip.rs).
+fn need_cc() -> bool {
+    skip::need_tool("cc", &["--version"], "gcc")
 }
 
 /// Compiles tests/c/NAME.c (warnings are errors); returns the executable.
@@ -106,7 +96,7 @@ const TCP: &[&str] = &["--env", "HX_TRANSPORTS=tcp", "--env", "HX_LOOPBACK_RAILS
 /// HX_ERR_HANDLE, not SIGSEGV (issue 11; crashed before the registry).
 #[test]
 fn stale_handles_are_errors() {
-    if !need_cc("stale_handles_are_errors") {
+    if !need_cc() {
         return;
     }
     let (out, t) = run_alone(&compile("handles"));
@@ -119,7 +109,7 @@ fn stale_handles_are_errors() {
 /// corrupted the protocol before the context lock), over shared memory and TCP.
 #[test]
 fn threads_share_a_context() {
-    if !need_cc("threads_share_a_context") {
+    if !need_cc() {
         return;
     }
     let exe = compile("threads");
@@ -139,7 +129,7 @@ fn threads_share_a_context() {
 /// matched probe, hx_cancel, hx_version (probe and hx_iread(SIZE_MAX) returned HX_OK before).
 #[test]
 fn probe_limits_cancel_version() {
-    if !need_cc("probe_limits_cancel_version") {
+    if !need_cc() {
         return;
     }
     let (out, t) = run_alone(&compile("probe_limits"));
@@ -151,7 +141,7 @@ fn probe_limits_cancel_version() {
 /// hx_fd is woken by a late message.
 #[test]
 fn fd_and_progress_from_c() {
-    if !need_cc("fd_and_progress_from_c") {
+    if !need_cc() {
         return;
     }
     let exe = compile("fd_progress");
@@ -170,7 +160,7 @@ fn fd_and_progress_from_c() {
 /// in hx_read on it: the read fails naming it (over shared memory it hung before, issue 11).
 #[test]
 fn peer_that_exits_without_finalize_is_noticed() {
-    if !need_cc("peer_that_exits_without_finalize_is_noticed") {
+    if !need_cc() {
         return;
     }
     let exe = compile("peer_exit");
@@ -212,7 +202,7 @@ fn declared(text: &str) -> BTreeSet<String> {
 /// header, symbols.c and the library's exported hx_ functions name the same set.
 #[test]
 fn header_functions_exist_in_the_library() {
-    if !need_cc("header_functions_exist_in_the_library") {
+    if !need_cc() {
         return;
     }
     let (out, t) = run_alone(&compile("symbols"));
@@ -245,12 +235,6 @@ fn header_functions_exist_in_the_library() {
                 .collect();
             assert_eq!(in_header, exported, "header vs libhxcomm.so's exports");
         }
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "nm (binutils) not found, and CI=true requires it"
-            );
-            println!("skipped: the export list check: no `nm`");
-        }
+        _ => skip::skip("the export list check: no `nm` (apt-get install -y binutils)"),
     }
 }

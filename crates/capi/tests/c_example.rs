@@ -9,13 +9,13 @@ use std::process::{Command, Output};
 
 mod common;
 use common::{cargo_build, profile_dir, workspace_root};
+#[path = "../../../tests/util/skip.rs"]
+mod skip;
 
-fn have_cc() -> bool {
-    Command::new("cc")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+/// Whether `cc` is there: a missing compiler fails under CI=true, else the test is skipped
+/// visibly (tests/util/skip.rs).
+fn need_cc() -> bool {
+    skip::need_tool("cc", &["--version"], "gcc")
 }
 
 /// Compiles examples/pingpong.c once per test process (tests run in parallel and would otherwise
@@ -58,8 +58,7 @@ fn run(n: u32, extra: &[&str], exe: &Path) -> (Output, String) {
 /// The header's struct layouts and constants, seen from C, match the library's.
 #[test]
 fn header_layout_from_c() {
-    if !have_cc() {
-        eprintln!("SKIPPED: no C compiler (`cc`) found");
+    if !need_cc() {
         return;
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
@@ -94,7 +93,9 @@ int main(void) { return 0; }
                 "{compiler}: {}",
                 String::from_utf8_lossy(&o.stderr)
             ),
-            Err(_) if compiler == "c++" => eprintln!("no c++ compiler: C++ check skipped"),
+            Err(_) if compiler == "c++" => {
+                skip::skip("the C++ check: no `c++` (apt-get install -y g++)")
+            }
             Err(e) => panic!("{compiler}: {e}"),
         }
     }
@@ -102,8 +103,7 @@ int main(void) { return 0; }
 
 #[test]
 fn pingpong_c_example_under_the_launcher() {
-    if !have_cc() {
-        eprintln!("SKIPPED: no C compiler (`cc`) found; the C example test needs one");
+    if !need_cc() {
         return;
     }
     let exe = build_pingpong();
@@ -161,21 +161,9 @@ fn pingpong_c_example_under_the_launcher() {
 
 const HYDRA: &str = "mpiexec.hydra";
 
-/// Whether MPICH's Hydra can run the test `name`: skips visibly without it, fails under CI.
-fn need_hydra(name: &str) -> bool {
-    if Command::new(HYDRA)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{name}: {HYDRA} not found, and CI=true requires it (apt-get install -y mpich)"
-    );
-    println!("skipped: {name}: {HYDRA} not found (apt-get install -y mpich)");
-    false
+/// Whether MPICH's Hydra is there: skips visibly without it, fails under CI.
+fn need_hydra() -> bool {
+    skip::need_tool(HYDRA, &["--version"], "mpich")
 }
 
 /// `mpiexec.hydra ARGS` (killed after 120 s), without the variables of an outer launcher.
@@ -220,12 +208,7 @@ fn assert_pingpong_ok(out: &Output, text: &str, what: &str) {
 /// namespace agent bench/netns-rsh.
 #[test]
 fn pingpong_c_example_under_hydra() {
-    let name = "pingpong_c_example_under_hydra";
-    if !have_cc() {
-        println!("skipped: {name}: no C compiler (`cc`)");
-        return;
-    }
-    if !need_hydra(name) {
+    if !need_cc() || !need_hydra() {
         return;
     }
     let exe = build_pingpong();
@@ -234,12 +217,10 @@ fn pingpong_c_example_under_hydra() {
     assert_pingpong_ok(&out, &text, "one host");
     eprintln!("{text}");
 
-    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-    });
-    if !root {
-        println!("skipped: {name} on the testbed: needs root (network namespaces)");
+    if !skip::need(
+        skip::is_root(),
+        "on the testbed: needs root (network namespaces)",
+    ) {
         return;
     }
     let hxcomm = profile_dir().join("hxcomm");

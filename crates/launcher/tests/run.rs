@@ -1,7 +1,7 @@
 //! Tests of `hxcomm run` through the library's `run_with_output`, with small `sh -c` programs as
-//! ranks. The rank that must talk to the bootstrap service is this test executable itself, run
-//! again with `--exact kv_probe_rank` (a test that does nothing unless HX_LAUNCHER_PROBE is set),
-//! so no extra binary is needed.
+//! ranks. The rank that must talk to the bootstrap service, and the launcher that the signal
+//! tests signal in a process of its own, are the helper binary `hx-launcher-test-child`
+//! (tests/bin/child.rs), not this test executable run again (issue 11).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,6 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hx_launcher::{run_with_output, OutputSinks, RunArgs};
+
+#[path = "../../../tests/util/skip.rs"]
+mod skip;
+
+/// The helper binary with the probe rank and the signalled launcher (tests/bin/child.rs).
+const CHILD: &str = env!("CARGO_BIN_EXE_hx-launcher-test-child");
 
 #[derive(Clone, Default)]
 struct Buf(Arc<Mutex<Vec<u8>>>);
@@ -198,20 +204,11 @@ fn setup_errors() {
     assert_eq!(run_captured(a).0, 2);
 }
 
+/// Every rank (the probe of tests/bin/child.rs, chosen by HX_LAUNCHER_PROBE given with `--env`)
+/// puts, fences and gets every rank's key through the bootstrap service.
 #[test]
 fn all_ranks_reach_the_bootstrap_service() {
-    let exe = std::env::current_exe().unwrap();
-    let mut a = RunArgs::new(
-        4,
-        [
-            exe.to_str().unwrap(),
-            "--exact",
-            "kv_probe_rank",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ],
-    );
+    let mut a = RunArgs::new(4, [CHILD]);
     a.env = vec!["HX_LAUNCHER_PROBE=1".into()];
     let (code, out, err) = run_captured(a);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
@@ -223,44 +220,12 @@ fn all_ranks_reach_the_bootstrap_service() {
     }
 }
 
-/// The rank program of `all_ranks_reach_the_bootstrap_service`: a no-op unless run by it.
-#[test]
-fn kv_probe_rank() {
-    if std::env::var_os("HX_LAUNCHER_PROBE").is_none() {
-        return;
-    }
-    let mut b = hx_bootstrap::from_env().expect("bootstrap from env");
-    let (r, n) = (b.rank(), b.size());
-    b.put(&format!("addr.{r}"), &format!("hello from {r}"))
-        .unwrap();
-    b.fence().unwrap();
-    for p in 0..n {
-        assert_eq!(
-            b.get(&format!("addr.{p}")).unwrap(),
-            format!("hello from {p}")
-        );
-    }
-    b.fence().unwrap();
-    println!(
-        "probe ok rank {r} of {n} local {}",
-        std::env::var("HX_LOCAL_RANK").unwrap_or_default()
-    );
-}
-
-/// Starts a launcher in a child process (this test executable, run again with `--exact
-/// signal_child_launcher`, so the signal hits only it), waits for its 2 ranks and their children
-/// to be up, sends it `sig`, and returns its exit status and the ranks' pids.
+/// Starts a launcher in a child process (tests/bin/child.rs with HX_LAUNCHER_SIGNAL_DIR, so the
+/// signal hits only it), waits for its 2 ranks and their children to be up, sends it `sig`, and
+/// returns its exit status and the ranks' pids.
 fn signal_launcher(sig: i32) -> (std::process::ExitStatus, Duration, Vec<i32>) {
     let dir = temp_dir("sig");
-    let exe = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(exe)
-        .args([
-            "--exact",
-            "signal_child_launcher",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+    let mut child = std::process::Command::new(CHILD)
         .env("HX_LAUNCHER_SIGNAL_DIR", &dir)
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -313,29 +278,11 @@ fn sigkill_to_launcher_leaves_no_orphans() {
     }
 }
 
-#[test]
-fn signal_child_launcher() {
-    let Some(dir) = std::env::var_os("HX_LAUNCHER_SIGNAL_DIR") else {
-        return;
-    };
-    let script = format!(
-        r#"sleep 30 & echo "$$ $!" > {}/pid.$HX_RANK; wait"#,
-        PathBuf::from(dir).display()
-    );
-    std::process::exit(hx_launcher::run(sh(2, &script)));
-}
-
-/// `--net` needs root and a testbed; skipped (passes) unless both are there.
+/// `--net` needs root and a testbed; skipped (visibly, tests/util/skip.rs) without root, and a
+/// failure instead under CI=true.
 #[test]
 fn net_ranks_run_in_namespaces() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "net_ranks_run_in_namespaces needs root, and CI=true requires it"
-        );
-        println!("skipped: net_ranks_run_in_namespaces: needs root (network namespaces)");
+    if !skip::need_netns() {
         return;
     }
     // A testbed of its own (it waited for one named hx that nothing made, and never ran).
@@ -360,18 +307,7 @@ fn net_ranks_run_in_namespaces() {
     assert!(out.contains("local=0"), "{out}");
 
     // Two ranks per host, and every rank reaches the service on the management network.
-    let exe = std::env::current_exe().unwrap();
-    let mut a = RunArgs::new(
-        4,
-        [
-            exe.to_str().unwrap(),
-            "--exact",
-            "kv_probe_rank",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ],
-    );
+    let mut a = RunArgs::new(4, [CHILD]);
     a.env = vec!["HX_LAUNCHER_PROBE=1".into()];
     a.net = true;
     a.name = name.clone();

@@ -1,26 +1,17 @@
-//! Real testbeds (needs root; skipped otherwise). Each test uses its own name, so they run in
-//! parallel with each other and with a testbed a person has up.
+//! Real testbeds (needs root, `ip` and `ping`; skipped otherwise, through tests/util/skip.rs, and
+//! a failure instead when `CI=true`). Each test uses its own name, so they run in parallel with
+//! each other and with a testbed a person has up.
 
 use hx_testbed::{Testbed, TestbedSpec};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+#[path = "../../../tests/util/skip.rs"]
+mod skip_helper;
+
+/// True if the running test must skip (said and logged by tests/util/skip.rs).
 fn skip() -> bool {
-    if !hx_testbed::is_root() {
-        println!("skipped: needs root (network namespaces)");
-        return true;
-    }
-    if Command::new("ping")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_err()
-    {
-        println!("skipped: needs ping (apt-get install -y iputils-ping)");
-        return true;
-    }
-    false
+    !(skip_helper::need_netns() && skip_helper::need_tool("ping", &["-V"], "iputils-ping"))
 }
 
 /// A name unique to this process and test: `t<pid%1000><tag>`.

@@ -1,120 +1,29 @@
-//! Shared-memory links between real processes: the test binary re-runs itself as the connecting
-//! child (`child_main`, a no-op unless `HX_SHM_CHILD` is set).
+//! Shared-memory links between real processes: the connecting process is the helper binary
+//! `hx-transport-test-shm-child` (tests/bin/shm_child.rs), not this test executable run again
+//! (issue 11).
 
 use std::io::{ErrorKind, IoSlice};
-use std::os::fd::RawFd;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use hx_transport::shm::{self, ShmLink};
+use hx_transport::shm;
 use hx_transport::Link;
 
-const SECRET: [u8; 32] = [7; 32];
-const SLEEPY: u64 = 20_000;
-const T: Duration = Duration::from_secs(10);
+mod shm_io;
+use shm_io::{read_exact, wait, write_all, SECRET, SLEEPY, T};
 
 fn sock_name(tag: &str) -> String {
     format!("hxcomm-test-{}-{tag}", std::process::id())
 }
 
+/// Starts the connecting process for socket `name` in `mode` (see tests/bin/shm_child.rs).
 fn spawn_child(name: &str, mode: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+    Command::new(env!("CARGO_BIN_EXE_hx-transport-test-shm-child"))
         .env("HX_SHM_CHILD", name)
         .env("HX_SHM_MODE", mode)
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap()
-}
-
-fn poll_in(fd: RawFd, ms: i32) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) };
-}
-
-/// Waits the way the engine will: arm, and sleep only if arm agrees.
-fn wait(l: &mut ShmLink, spin: bool) {
-    if !spin && l.arm() {
-        poll_in(l.fd(), 1000);
-    }
-}
-
-fn read_exact(l: &mut ShmLink, buf: &mut [u8], spin: bool) -> std::io::Result<()> {
-    let mut at = 0;
-    while at < buf.len() {
-        match l.read(&mut buf[at..]) {
-            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-            Ok(n) => at += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => wait(l, spin),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-fn write_all(l: &mut ShmLink, mut buf: &[u8], spin: bool) -> std::io::Result<()> {
-    while !buf.is_empty() {
-        match l.write_vectored(&[IoSlice::new(buf)]) {
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == ErrorKind::WouldBlock => wait(l, spin),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-#[test]
-fn child_main() {
-    let Ok(name) = std::env::var("HX_SHM_CHILD") else {
-        return;
-    };
-    let mode = std::env::var("HX_SHM_MODE").unwrap();
-    let mut l = shm::connect(&name, &SECRET, 3, 1, T).unwrap();
-    let mut buf = vec![0u8; 1 << 16];
-    match mode.as_str() {
-        // Echo everything until EOF, sleeping when idle.
-        "echo" => loop {
-            match l.read(&mut buf) {
-                Ok(0) => return,
-                Ok(n) => write_all(&mut l, &buf[..n], false).unwrap(),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => wait(&mut l, false),
-                Err(e) => panic!("{e}"),
-            }
-        },
-        "hang" => std::thread::sleep(Duration::from_secs(60)),
-        // Spinning ping-pong of 8-byte messages, then a byte sink with a final ack.
-        "bench" => {
-            let mut head = [0u8; 16];
-            read_exact(&mut l, &mut head, true).unwrap();
-            let iters = u64::from_le_bytes(head[..8].try_into().unwrap());
-            let bytes = u64::from_le_bytes(head[8..].try_into().unwrap());
-            let mut m = [0u8; 8];
-            for _ in 0..iters {
-                read_exact(&mut l, &mut m, true).unwrap();
-                write_all(&mut l, &m, true).unwrap();
-            }
-            let mut big = vec![0u8; 4 << 20];
-            let mut got = 0u64;
-            while got < bytes {
-                let want = ((bytes - got) as usize).min(big.len());
-                read_exact(&mut l, &mut big[..want], true).unwrap();
-                got += want as u64;
-            }
-            write_all(&mut l, b"k", true).unwrap();
-            // Ping-pong again, both sides sleeping in poll() between messages.
-            for _ in 0..SLEEPY {
-                read_exact(&mut l, &mut m, false).unwrap();
-                write_all(&mut l, &m, false).unwrap();
-            }
-            read_exact(&mut l, &mut m[..1], false).unwrap_err(); // EOF when the parent drops
-        }
-        m => panic!("mode {m}"),
-    }
 }
 
 #[test]
