@@ -19,7 +19,12 @@ use shm_io::{read_exact, wait, write_all, SECRET, SLEEPY, T};
 fn main() {
     let name = std::env::var("HX_SHM_CHILD").expect("HX_SHM_CHILD: the socket to connect to");
     let mode = std::env::var("HX_SHM_MODE").unwrap();
-    let mut l = shm::connect(&name, &SECRET, 3, 1, T).unwrap();
+    // The bench may give the listener larger rings (HX_SHM_CAP); accept what it was told.
+    let max = std::env::var("HX_SHM_CAP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(shm::DEFAULT_CAPACITY);
+    let mut l = shm::connect_with_max(&name, &SECRET, 3, 1, max, T).unwrap();
     let mut buf = vec![0u8; 1 << 16];
     match mode.as_str() {
         // Echo everything until EOF, sleeping when idle.
