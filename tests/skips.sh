@@ -22,7 +22,7 @@ summary() {
   fi
   # Tests, not lines: a test may skip more than one part of itself.
   n=$(sed 's/: .*//' "$file" | sort -u | wc -l)
-  echo "skipped: $n tests"
+  if [ "$n" = 1 ]; then echo "skipped: 1 test"; else echo "skipped: $n tests"; fi
   sort "$file" | sed 's/^/  /'
 }
 
