@@ -1,8 +1,9 @@
 //! This host's IPv4 interfaces (getifaddrs), from which the engine picks its rails.
 
-use std::ffi::CStr;
 use std::io;
 use std::net::Ipv4Addr;
+
+use nix::net::if_::InterfaceFlags;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Iface {
@@ -34,37 +35,21 @@ pub fn network_of(ip: Ipv4Addr, prefix: u8) -> u32 {
 
 pub fn list() -> io::Result<Vec<Iface>> {
     let mut out = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list that we walk read-only and free once.
-    unsafe {
-        if libc::getifaddrs(&mut head) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut p = head;
-        while !p.is_null() {
-            let ifa = &*p;
-            p = ifa.ifa_next;
-            if ifa.ifa_addr.is_null() || (*ifa.ifa_addr).sa_family as i32 != libc::AF_INET {
-                continue;
-            }
-            let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-            let addr = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-            let prefix = if ifa.ifa_netmask.is_null() {
-                32
-            } else {
-                let m = &*(ifa.ifa_netmask as *const libc::sockaddr_in);
-                u32::from_be(m.sin_addr.s_addr).count_ones() as u8
-            };
-            let flags = ifa.ifa_flags;
-            out.push(Iface {
-                name: CStr::from_ptr(ifa.ifa_name).to_string_lossy().into_owned(),
-                addr,
-                prefix,
-                up: flags & libc::IFF_UP as u32 != 0,
-                loopback: flags & libc::IFF_LOOPBACK as u32 != 0,
-            });
-        }
-        libc::freeifaddrs(head);
+    for ifa in nix::ifaddrs::getifaddrs()? {
+        let Some(sin) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) else {
+            continue;
+        };
+        let prefix = match ifa.netmask.as_ref().and_then(|m| m.as_sockaddr_in()) {
+            Some(m) => u32::from(m.ip()).count_ones() as u8,
+            None => 32,
+        };
+        out.push(Iface {
+            name: ifa.interface_name,
+            addr: sin.ip(),
+            prefix,
+            up: ifa.flags.contains(InterfaceFlags::IFF_UP),
+            loopback: ifa.flags.contains(InterfaceFlags::IFF_LOOPBACK),
+        });
     }
     Ok(out)
 }

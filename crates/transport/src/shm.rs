@@ -36,10 +36,19 @@ pub use setup::{
 };
 
 use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::memfd::{memfd_create, MFdFlags};
+use nix::sys::socket::{getsockopt, recv, sockopt, MsgFlags};
+use nix::sys::stat::fstat;
+use nix::unistd::ftruncate;
 
 use crate::Link;
 
@@ -79,14 +88,6 @@ fn check_capacity(cap: usize) -> io::Result<()> {
                 "shm ring capacity {cap}: need a power of two in {MIN_CAPACITY}..={MAX_CAPACITY}"
             ),
         ))
-    }
-}
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
     }
 }
 
@@ -140,23 +141,17 @@ impl Drop for Mapping {
 fn create_segment(cap: usize) -> io::Result<(OwnedFd, Mapping)> {
     check_capacity(cap)?;
     let len = HDR + 2 * cap;
-    // SAFETY: the name is a valid C string; the returned fd is new and owned by us.
-    let fd = unsafe {
-        let r = cvt(libc::memfd_create(
-            c"hxcomm-shm".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        ))?;
-        OwnedFd::from_raw_fd(r)
-    };
-    // SAFETY: plain syscalls on an fd we own.
-    unsafe {
-        cvt(libc::ftruncate(fd.as_raw_fd(), len as libc::off_t))?;
-        cvt(libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-        ))?;
-    }
+    let fd = memfd_create(
+        c"hxcomm-shm",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )?;
+    ftruncate(&fd, len as libc::off_t)?;
+    fcntl(
+        &fd,
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
+        ),
+    )?;
     let map = Mapping::map(&fd, len)?;
     map.word(OFF_CAP).store(cap as u64, Ordering::Relaxed);
     map.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
@@ -168,13 +163,8 @@ fn create_segment(cap: usize) -> io::Result<(OwnedFd, Mapping)> {
 /// does not choose how much of our memory it maps), magic, a sane capacity matching the size.
 fn open_segment(fd: &OwnedFd, max_cap: usize) -> io::Result<(Mapping, usize)> {
     let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("shm segment: {m}"));
-    // SAFETY: fcntl/fstat on an fd we own, into a zeroed stat buffer.
-    let (seals, size) = unsafe {
-        let seals = cvt(libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))?;
-        let mut st: libc::stat = std::mem::zeroed();
-        cvt(libc::fstat(fd.as_raw_fd(), &mut st))?;
-        (seals, st.st_size)
-    };
+    let seals = fcntl(fd, FcntlArg::F_GET_SEALS)?;
+    let size = fstat(fd)?.st_size;
     if seals & libc::F_SEAL_SHRINK == 0 {
         return Err(bad("not sealed against shrinking".into()));
     }
@@ -201,24 +191,18 @@ fn open_segment(fd: &OwnedFd, max_cap: usize) -> io::Result<(Mapping, usize)> {
 }
 
 fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: returns a new fd that we own.
-    unsafe {
-        let r = cvt(libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC))?;
-        Ok(OwnedFd::from_raw_fd(r))
-    }
+    let efd = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
+    Ok(efd.into())
 }
 
-fn signal(fd: RawFd) {
-    let one = 1u64;
-    // SAFETY: writes 8 bytes from a live u64. EAGAIN (counter saturated) is fine: the fd is
-    // readable then anyway.
-    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+fn signal(fd: &OwnedFd) {
+    // EAGAIN (counter saturated) is fine: the fd is readable then anyway.
+    let _ = nix::unistd::write(fd, &1u64.to_ne_bytes());
 }
 
-fn drain(fd: RawFd) {
-    let mut v = 0u64;
-    // SAFETY: reads at most 8 bytes into a live u64; the eventfd is nonblocking.
-    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+fn drain(fd: &OwnedFd) {
+    // The eventfd is nonblocking: EAGAIN when there is nothing to drain.
+    let _ = nix::unistd::read(fd, &mut [0u8; 8]);
 }
 
 /// One end of a shared-memory link.
@@ -270,27 +254,14 @@ impl ShmLink {
             None => None,
             Some(s) => {
                 s.set_nonblocking(true)?;
-                // SAFETY: creates a new fd we own; then epoll_ctl on fds we own, with a valid
-                // event struct.
-                unsafe {
-                    let ep = OwnedFd::from_raw_fd(cvt(libc::epoll_create1(libc::EPOLL_CLOEXEC))?);
-                    for (fd, ev) in [
-                        (my_efd.as_raw_fd(), libc::EPOLLIN),
-                        (s.as_raw_fd(), libc::EPOLLIN | libc::EPOLLRDHUP),
-                    ] {
-                        let mut e = libc::epoll_event {
-                            events: ev as u32,
-                            u64: fd as u64,
-                        };
-                        cvt(libc::epoll_ctl(
-                            ep.as_raw_fd(),
-                            libc::EPOLL_CTL_ADD,
-                            fd,
-                            &mut e,
-                        ))?;
-                    }
-                    Some(ep)
+                let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+                for (fd, ev) in [
+                    (my_efd.as_fd(), EpollFlags::EPOLLIN),
+                    (s.as_fd(), EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP),
+                ] {
+                    ep.add(fd, EpollEvent::new(ev, fd.as_raw_fd() as u64))?;
                 }
+                Some(ep.0)
             }
         };
         let link = ShmLink {
@@ -328,23 +299,8 @@ impl ShmLink {
     /// (SO_PEERCRED, in this process's pid namespace); `None` for a [`pair`].
     pub fn peer_pid(&self) -> Option<u32> {
         let s = self.sock.as_ref()?;
-        let mut cred = libc::ucred {
-            pid: 0,
-            uid: 0,
-            gid: 0,
-        };
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: getsockopt writes at most `len` bytes into `cred`, a live ucred.
-        let r = unsafe {
-            libc::getsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&mut cred as *mut libc::ucred).cast(),
-                &mut len,
-            )
-        };
-        (r == 0 && cred.pid > 0).then_some(cred.pid as u32)
+        let pid = getsockopt(s, sockopt::PeerCredentials).ok()?.pid();
+        (pid > 0).then_some(pid as u32)
     }
 
     pub fn capacity(&self) -> usize {
@@ -402,7 +358,7 @@ impl ShmLink {
         fence(Ordering::SeqCst);
         let flag = self.map.word(OFF_SLEEP + 8 * self.peer());
         if flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::AcqRel) != 0 {
-            signal(self.peer_efd.as_raw_fd());
+            signal(&self.peer_efd);
         }
     }
 
@@ -424,17 +380,13 @@ impl ShmLink {
     /// Checks the setup socket (sleep path only): EOF or stray bytes mean the peer is gone.
     fn check_socket(&mut self) {
         let Some(s) = &self.sock else { return };
-        let mut b = 0u8;
-        // SAFETY: peeks at most one byte into a live u8, nonblocking.
-        let r = unsafe {
-            libc::recv(
-                s.as_raw_fd(),
-                (&mut b as *mut u8).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        if r >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+        let r = recv(
+            s.as_raw_fd(),
+            &mut [0u8; 1],
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+        );
+        // Anything but "nothing to read yet" (EAGAIN, which is EWOULDBLOCK here).
+        if !matches!(r, Err(Errno::EAGAIN)) {
             self.peer_dead = true;
         }
     }
@@ -557,12 +509,12 @@ impl Link for ShmLink {
     /// The nested epoll is level-triggered: a signal left in the eventfd, or the setup
     /// socket's hang-up when the peer process died, would report it ready for ever.
     fn event(&mut self) {
-        drain(self.my_efd.as_raw_fd());
+        drain(&self.my_efd);
         self.check_socket();
     }
 
     fn arm(&mut self) -> bool {
-        drain(self.my_efd.as_raw_fd());
+        drain(&self.my_efd);
         self.check_socket();
         if self.peer_dead {
             return false;
@@ -592,7 +544,7 @@ impl Drop for ShmLink {
         self.map
             .word(OFF_CLOSED + 8 * self.side)
             .store(1, Ordering::SeqCst);
-        signal(self.peer_efd.as_raw_fd());
+        signal(&self.peer_efd);
     }
 }
 

@@ -8,9 +8,21 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
+use nix::sys::socket::{setsockopt, sockopt};
+use nix::{setsockopt_impl, sockopt_impl};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::Link;
+
+// nix has no TCP_NOTSENT_LOWAT; its macro declares the option (a c_int) for `setsockopt`.
+sockopt_impl!(
+    /// TCP_NOTSENT_LOWAT: unsent bytes a socket may hold before it stops reporting room.
+    TcpNotSentLowat,
+    SetOnly,
+    libc::IPPROTO_TCP,
+    libc::TCP_NOTSENT_LOWAT,
+    libc::c_int
+);
 
 /// Socket settings of a rail.
 #[derive(Debug, Clone)]
@@ -67,23 +79,8 @@ fn bound_socket(local: Ipv4Addr, device: Option<&str>) -> io::Result<Socket> {
     // Choose the port at connect time, not at bind: bind(port 0) searches the whole port range
     // for a port no socket holds, which took 2.7 ms a call with 16,000 connections on one host
     // (64 ranks x 4 loopback rails); connect only needs a unique 4-tuple.
-    let one: libc::c_int = 1;
-    // SAFETY: valid fd and a c_int option value of the right size.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            &one as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(ctx(
-            io::Error::last_os_error(),
-            "IP_BIND_ADDRESS_NO_PORT".into(),
-        ));
-    }
+    setsockopt(&s, sockopt::IpBindAddressNoPort, &true)
+        .map_err(|e| ctx(e.into(), "IP_BIND_ADDRESS_NO_PORT".into()))?;
     s.bind(&SocketAddr::V4(SocketAddrV4::new(local, 0)).into())
         .map_err(|e| ctx(e, format!("bind {local}")))?;
     Ok(s)
@@ -106,20 +103,9 @@ pub fn connect(
 pub fn tune(stream: &TcpStream, opts: &RailOptions) -> io::Result<()> {
     stream.set_nodelay(opts.nodelay)?;
     if opts.notsent_lowat > 0 {
-        let v: libc::c_int = opts.notsent_lowat as libc::c_int;
-        // SAFETY: valid fd and a c_int option value of the right size.
-        let rc = unsafe {
-            libc::setsockopt(
-                stream.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_NOTSENT_LOWAT,
-                &v as *const libc::c_int as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(ctx(io::Error::last_os_error(), "TCP_NOTSENT_LOWAT".into()));
-        }
+        let v = opts.notsent_lowat as libc::c_int;
+        setsockopt(stream, TcpNotSentLowat, &v)
+            .map_err(|e| ctx(e.into(), "TCP_NOTSENT_LOWAT".into()))?;
     }
     if let Some(t) = opts.liveness {
         let sock = socket2::SockRef::from(stream);

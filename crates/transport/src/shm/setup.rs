@@ -16,13 +16,16 @@
 //! Integers are little-endian. The socket stays open for the life of the link: its hang-up is
 //! how a killed peer is noticed.
 
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use hx_auth::{ct_eq, fill_random, hmac_sha256, Secret};
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags};
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use super::{check_capacity, create_segment, eventfd, open_segment, ShmLink, DEFAULT_CAPACITY};
 
@@ -138,7 +141,9 @@ impl ShmListener {
                     format!("shm @{}: no hello within {timeout:?}", self.name),
                 ));
             }
-            wait_readable(a.fd(), deadline);
+            if let Some(s) = &a.s {
+                wait_readable(s.as_fd(), deadline);
+            }
         }
     }
 
@@ -258,15 +263,10 @@ impl ShmAccepting {
 }
 
 /// Sleeps until `fd` is readable or `deadline` passes.
-fn wait_readable(fd: RawFd, deadline: Instant) {
+fn wait_readable(fd: BorrowedFd<'_>, deadline: Instant) {
     let left = deadline.saturating_duration_since(Instant::now());
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut p, 1, left.as_millis().min(1000) as i32 + 1) };
+    let ms = left.as_millis().min(1000) as u16 + 1;
+    let _ = poll(&mut [PollFd::new(fd, PollFlags::POLLIN)], ms);
 }
 
 impl AsRawFd for ShmListener {
@@ -327,7 +327,7 @@ pub fn connect_with_max(
                 format!("shm @{name}: handshake not done within {timeout:?}"),
             ));
         }
-        wait_readable(c.fd(), deadline);
+        wait_readable(c.s.as_fd(), deadline);
     }
 }
 
@@ -515,37 +515,14 @@ struct Cmsg([u8; 64]);
 
 /// Sends `data` with `fds` attached (SCM_RIGHTS) on a blocking socket.
 fn send_fds(s: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
-    let fd_bytes = std::mem::size_of_val(fds);
-    let mut cbuf = Cmsg([0; 64]);
-    // SAFETY: CMSG_SPACE is a pure computation; the msghdr points at live locals (`data`,
-    // `iov`, `cbuf`) for the duration of the call; the cmsg header and its data lie inside
-    // `cbuf` (space <= 64 checked); the fd array is copied bytewise (no alignment assumed).
-    let sent = unsafe {
-        let space = libc::CMSG_SPACE(fd_bytes as u32) as usize;
-        assert!(space <= cbuf.0.len() && !data.is_empty());
-        let mut iov = libc::iovec {
-            iov_base: data.as_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        };
-        let mut mh: libc::msghdr = std::mem::zeroed();
-        mh.msg_iov = &mut iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = cbuf.0.as_mut_ptr().cast();
-        mh.msg_controllen = space as _;
-        let c = libc::CMSG_FIRSTHDR(&mh);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
-        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(c), fd_bytes);
-        loop {
-            let r = libc::sendmsg(s.as_raw_fd(), &mh, libc::MSG_NOSIGNAL);
-            if r >= 0 {
-                break r as usize;
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
+    assert!(!data.is_empty());
+    let iov = [IoSlice::new(data)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let sent = loop {
+        match sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(n) => break n,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
         }
     };
     // The descriptors travelled with the first byte; the rest is plain data.

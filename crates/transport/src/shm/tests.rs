@@ -185,10 +185,8 @@ fn segment_checks() {
     assert!(pair(3000).is_err());
     assert!(pair(MAX_CAPACITY * 2).is_err());
     // Unsealed or wrong-sized files are refused.
-    // SAFETY: new fd we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC)) };
-    // SAFETY: plain syscall on our fd.
-    unsafe { libc::ftruncate(fd.as_raw_fd(), (HDR + 2 * MIN_CAPACITY) as i64) };
+    let fd = memfd_create(c"t", MFdFlags::MFD_CLOEXEC).unwrap();
+    ftruncate(&fd, (HDR + 2 * MIN_CAPACITY) as i64).unwrap();
     let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("sealed"), "{e}");
     let (fd, map) = create_segment(MIN_CAPACITY).unwrap();
@@ -204,9 +202,8 @@ fn segment_checks() {
     let e = open_segment(&fd, 2 * MIN_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("this side accepts"), "{e}");
     assert!(open_segment(&fd, 4 * MIN_CAPACITY).is_ok());
-    // SAFETY: plain syscall; the seal must refuse it.
-    let r = unsafe { libc::ftruncate(fd.as_raw_fd(), 100) };
-    assert_eq!(r, -1, "shrinking a sealed segment must fail");
+    let r = ftruncate(&fd, 100);
+    assert!(r.is_err(), "shrinking a sealed segment must fail");
 }
 
 #[test]
