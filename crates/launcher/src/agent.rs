@@ -27,6 +27,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+
 use crate::job::{self, Ended, Job, JobEnv, Spawn};
 use crate::output::Sink;
 use crate::plan::{self, Placement};
@@ -308,8 +310,8 @@ fn supervise(
         while let Ok(c) = rx.try_recv() {
             match c {
                 Ctl::Stop if kill_at.is_none() => {
-                    job.signal_all(libc::SIGCONT);
-                    job.signal_all(libc::SIGTERM);
+                    job.signal_all(Signal::SIGCONT);
+                    job.signal_all(Signal::SIGTERM);
                     kill_at = Some(Instant::now() + job::GRACE);
                 }
                 Ctl::Stop => {}
@@ -320,7 +322,7 @@ fn supervise(
             kill = true;
         }
         if kill {
-            job.signal_all(libc::SIGKILL);
+            job.signal_all(Signal::SIGKILL);
         }
         if !hang_reported {
             if let Some((r, secs)) =

@@ -19,6 +19,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use nix::sys::prctl::set_pdeathsig;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::{getpid, getppid, Pid};
+
 use crate::output::{self, Sink};
 use crate::plan::{Placement, Plan};
 use crate::signals::{signal_name, SignalGuard};
@@ -98,14 +103,6 @@ pub struct Job {
     pub(crate) watchdog: Option<Watchdog>,
 }
 
-fn sys(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
 impl Job {
     pub fn new(size: u32) -> Self {
         Self::new_sized(size, size)
@@ -179,20 +176,14 @@ impl Job {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         cmd.process_group(0);
-        // SAFETY: getpid before fork; in the child only async-signal-safe calls (prctl, getppid,
-        // _exit) run between fork and exec.
-        let parent = unsafe { libc::getpid() };
+        let parent = getpid();
+        // SAFETY: in the child only async-signal-safe calls (prctl, getppid, _exit) run between
+        // fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                sys(libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ))?;
+                set_pdeathsig(Signal::SIGKILL)?;
                 // The launcher died before prctl took effect: do not run as an orphan.
-                if libc::getppid() != parent {
+                if getppid() != parent {
                     libc::_exit(1);
                 }
                 Ok(())
@@ -232,12 +223,10 @@ impl Job {
     }
 
     /// Signals the process group of every rank still running.
-    pub(crate) fn signal_all(&self, sig: i32) {
+    pub(crate) fn signal_all(&self, sig: Signal) {
         for rk in self.ranks.iter().filter(|r| r.ended.is_none()) {
-            // SAFETY: plain kill; the rank is not reaped yet, so its pgid is still ours.
-            unsafe {
-                libc::kill(-rk.pid, sig);
-            }
+            // The rank is not reaped yet, so its pgid is still ours.
+            let _ = kill(Pid::from_raw(-rk.pid), sig);
         }
     }
 
@@ -277,18 +266,13 @@ impl Job {
 
     /// Kills what is left of the rank's group, then reaps the rank.
     pub(crate) fn finish(watchdog: &Option<Watchdog>, pid: libc::pid_t) {
-        // SAFETY: the rank is not reaped yet, so `-pid` is still its process group.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+        // The rank is not reaped yet, so `-pid` is still its process group.
+        let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
         if let Some(w) = watchdog {
             w.remove(pid);
         }
-        // SAFETY: reaps our own child.
-        unsafe {
-            let mut st = 0;
-            libc::waitpid(pid, &mut st, 0);
-        }
+        // Reaps our own child.
+        let _ = waitpid(Pid::from_raw(pid), None);
     }
 
     /// Watches the ranks until all have ended; stops the job on the first failure, on SIGINT /
@@ -357,7 +341,7 @@ impl Job {
                         "hxcomm run: rank {rank} has been stopped for {secs:.0} s (HX_RANK_TIMEOUT); it hangs the job, stopping {running} rank(s)"
                     );
                     result = Some(HANG_EXIT);
-                    self.signal_all(libc::SIGCONT);
+                    self.signal_all(Signal::SIGCONT);
                     kill_at = Some(self.stop());
                 } else if timeout.is_some_and(|t| start.elapsed() >= t) {
                     eprintln!(
@@ -371,7 +355,7 @@ impl Job {
             if let Some(t) = kill_at {
                 if !killed && Instant::now() >= t {
                     tracing::debug!("ranks still running after SIGTERM: sending SIGKILL");
-                    self.signal_all(libc::SIGKILL);
+                    self.signal_all(Signal::SIGKILL);
                     killed = true;
                 }
             }
@@ -410,13 +394,13 @@ impl Job {
 
     /// Sends SIGTERM to every running rank; returns when to send SIGKILL.
     fn stop(&self) -> Instant {
-        self.signal_all(libc::SIGTERM);
+        self.signal_all(Signal::SIGTERM);
         Instant::now() + GRACE
     }
 
     /// Kills and reaps every rank right away (used when starting the job failed half-way).
     pub fn kill_now(mut self) {
-        self.signal_all(libc::SIGKILL);
+        self.signal_all(Signal::SIGKILL);
         for rk in &mut self.ranks {
             if rk.ended.is_none() {
                 Self::finish(&self.watchdog, rk.pid);

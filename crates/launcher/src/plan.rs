@@ -131,8 +131,7 @@ pub fn plan(args: &RunArgs) -> Result<Plan, PlanError> {
     let (bind, placements) = if args.net {
         let hosts = testbed_hosts(&args.name)?;
         let bind = mgmt_address(&args.name)?;
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             return Err(usage(
                 "hxcomm run --net needs root (ranks are started with `ip netns exec`)",
             ));

@@ -14,6 +14,10 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use nix::sys::prctl::set_pdeathsig;
+use nix::sys::signal::Signal;
+use nix::unistd::{getpid, getppid};
+
 use crate::agent::{self, Header};
 use crate::job::{Ended, Job, JobEnv, GRACE, HANG_EXIT, TIMEOUT_EXIT};
 use crate::output::{Sink, MAX_LINE};
@@ -295,21 +299,12 @@ pub fn run(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        let parent = getpid();
         // SAFETY: as for local ranks (job.rs): only async-signal-safe calls after fork.
-        let parent = unsafe { libc::getpid() };
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) == -1
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() != parent {
+                set_pdeathsig(Signal::SIGKILL)?;
+                if getppid() != parent {
                     libc::_exit(1);
                 }
                 Ok(())

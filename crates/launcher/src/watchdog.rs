@@ -12,7 +12,12 @@
 //! `_exit` it uses only async-signal-safe system calls (no allocation, no locks, no Rust I/O).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::fcntl::OFlag;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::{pipe2, Pid};
 
 pub struct Watchdog {
     pid: libc::pid_t,
@@ -22,13 +27,7 @@ pub struct Watchdog {
 impl Watchdog {
     /// Starts a watchdog for at most `capacity` process groups.
     pub fn start(capacity: usize) -> io::Result<Self> {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 fills `fds` on success.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors are fresh and owned here.
-        let (rx, tx) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (rx, tx) = pipe2(OFlag::O_CLOEXEC)?;
         // Allocated before the fork: the child must not allocate.
         let mut slots: Vec<libc::pid_t> = vec![0; capacity];
         // SAFETY: fork; the child runs only `child_main`, which is async-signal-safe.
@@ -46,12 +45,9 @@ impl Watchdog {
 
     fn send(&self, v: i32) {
         if let Some(tx) = &self.tx {
-            let b = v.to_le_bytes();
-            // SAFETY: writes 4 bytes from a live buffer; 4 <= PIPE_BUF, so the write is atomic.
-            // A dead watchdog gives EPIPE (SIGPIPE is ignored by Rust programs), nothing else.
-            unsafe {
-                libc::write(tx.as_raw_fd(), b.as_ptr().cast(), 4);
-            }
+            // 4 bytes <= PIPE_BUF, so the write is atomic. A dead watchdog gives EPIPE (SIGPIPE
+            // is ignored by Rust programs), nothing else.
+            let _ = nix::unistd::write(tx, &v.to_le_bytes());
         }
     }
 
@@ -70,12 +66,9 @@ impl Drop for Watchdog {
     /// The launcher has dealt with every rank itself: stop the watchdog and reap it.
     fn drop(&mut self) {
         self.tx = None;
-        // SAFETY: our own child.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            let mut st = 0;
-            libc::waitpid(self.pid, &mut st, 0);
-        }
+        // Our own child.
+        let _ = kill(Pid::from_raw(self.pid), Signal::SIGKILL);
+        let _ = waitpid(Pid::from_raw(self.pid), None);
     }
 }
 
