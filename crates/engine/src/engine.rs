@@ -604,6 +604,14 @@ impl Engine {
         }
     }
 
+    /// Gives up interest in a send whose buffer the engine owns (fi_inject's copy): it is freed
+    /// when it finishes and never reported, not even a failure. Only with finished-request
+    /// tracking on ([`track_finished`](Self::track_finished)); returns false otherwise, and the
+    /// request stays as it was.
+    pub fn detach(&mut self, req: Request) -> bool {
+        self.core.detach(req.0)
+    }
+
     /// A finished request's outcome and buffer, releasing it; `None` while it is pending (or
     /// unknown). Unlike `wait`, a truncated receive is `Ok` with `truncated` set.
     pub fn take_request(&mut self, req: Request) -> Option<(Result<Status, Error>, EngineBuf)> {

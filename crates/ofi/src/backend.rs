@@ -103,6 +103,21 @@ pub trait Backend: Send {
     /// Makes a peer of a name (validated); the same name twice gives the same id.
     fn insert(&mut self, name: &[u8]) -> Result<PeerId, BackendError>;
     fn remove(&mut self, peer: PeerId) -> Result<(), BackendError>;
+    /// fi_inject*: sends a copy the backend owns and never reports on it (no completion, not
+    /// even an error). Returns the op id only for backends that cannot forget it (it then
+    /// completes like any send and the domain ignores it).
+    fn inject(
+        &mut self,
+        ep: u16,
+        tagged: bool,
+        peer: PeerId,
+        tag: u64,
+        data: Option<u64>,
+        copy: Vec<u8>,
+    ) -> Result<Option<OpId>, BackendError> {
+        // SAFETY: an owned buffer has no lifetime to keep.
+        unsafe { self.send(ep, tagged, peer, tag, data, SendBuf::Owned(copy)) }.map(Some)
+    }
     /// `tagged` selects the matching space; `data` is remote CQ data.
     /// # Safety
     /// A Borrowed buffer stays valid until the op completes.

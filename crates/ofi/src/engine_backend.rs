@@ -300,6 +300,44 @@ impl Backend for EngineBackend {
         ))
     }
 
+    fn inject(
+        &mut self,
+        ep: u16,
+        tagged: bool,
+        peer: PeerId,
+        tag: u64,
+        data: Option<u64>,
+        copy: Vec<u8>,
+    ) -> Result<Option<OpId>, BackendError> {
+        let (rank, k) = self.peer(peer)?;
+        let tag = if tagged { tag } else { 0 };
+        // SAFETY: an owned buffer has no lifetime to keep.
+        let req = unsafe {
+            self.eng_mut().isend_with(
+                engine_eps(ep, tagged),
+                rank,
+                engine_eps(k, tagged),
+                tag,
+                data,
+                EngineBuf::Owned(copy),
+            )
+        }
+        .map_err(|e| err(FI_EINVAL, e))?;
+        // Nothing to report, ever: the engine frees it when it is written (or fails). Without
+        // finished-request tracking it is tracked like any send.
+        if self.eng_mut().detach(req) {
+            return Ok(None);
+        }
+        Ok(Some(self.track(
+            req,
+            Op {
+                is_recv: false,
+                cap: 0,
+                discard: false,
+            },
+        )))
+    }
+
     unsafe fn recv(
         &mut self,
         ep: u16,

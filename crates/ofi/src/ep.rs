@@ -356,6 +356,36 @@ impl EpObj {
             return Err(FI_EINVAL);
         }
         let peer = self.peer(b, a.dest, "send")?;
+        if a.inject {
+            // fi_inject*: no completion, ever; the backend forgets it once it is written.
+            let copy = if a.len == 0 {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(a.buf, a.len).to_vec()
+            };
+            let mut st = lock(&self.d.state);
+            let op = st
+                .backend
+                .inject(self.id, a.tagged, peer, a.tag, a.data, copy)
+                .map_err(|e| {
+                    warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
+                    e.errno
+                })?;
+            if let Some(op) = op {
+                st.pending.insert(
+                    op,
+                    Pending {
+                        cq: None,
+                        av: None,
+                        context: 0,
+                        flags: FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG },
+                        report: Report::Never,
+                        ep: self.id,
+                    },
+                );
+            }
+            return Ok(0);
+        }
         let buf = if copy {
             let v = if a.len == 0 {
                 Vec::new()

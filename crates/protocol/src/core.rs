@@ -15,6 +15,8 @@ pub(crate) struct Request<B> {
     pub buf: B,
     pub kind: ReqKind,
     pub completion: Completion,
+    /// Nobody will ask for it: freed when it finishes instead of reported.
+    pub detached: bool,
 }
 
 pub(crate) enum ReqKind {
@@ -394,6 +396,7 @@ impl<B: Buffer> Core<B> {
             )));
         }
         let req = self.reqs.insert(Request {
+            detached: false,
             buf,
             kind: ReqKind::Send(SendState { peer, unacked: len }),
             completion: Completion::Pending,
@@ -508,6 +511,7 @@ impl<B: Buffer> Core<B> {
             }
         }
         let req = self.reqs.insert(Request {
+            detached: false,
             buf,
             kind: ReqKind::Recv(RecvState {
                 ep,
@@ -643,6 +647,7 @@ impl<B: Buffer> Core<B> {
         };
         let (src, tag, ep) = (m.src, m.tag, m.dst_ep);
         let req = self.reqs.insert(Request {
+            detached: false,
             buf,
             kind: ReqKind::Recv(RecvState {
                 ep,
@@ -691,9 +696,40 @@ impl<B: Buffer> Core<B> {
         self.finished.as_ref().is_some_and(|f| !f.is_empty())
     }
 
-    /// The requests that finished since the last call, without a copy.
+    /// The requests that finished since the last call, without a copy. Detached ones are
+    /// freed here instead.
     pub fn drain_finished(&mut self) -> impl Iterator<Item = ReqId> + '_ {
-        self.finished.iter_mut().flat_map(|f| f.drain(..))
+        let reqs = &mut self.reqs;
+        self.finished
+            .iter_mut()
+            .flat_map(|f| f.drain(..))
+            .filter(move |&r| match reqs.get(r) {
+                Some(q) if q.detached => {
+                    if q.completion != Completion::Pending {
+                        reqs.remove(r);
+                    }
+                    false
+                }
+                _ => true,
+            })
+    }
+
+    /// Gives up interest in `req` (a send whose buffer it owns, as fi_inject's copy): it is
+    /// freed when it finishes, never reported. Needs tracking on (the finished list is where it
+    /// is freed); returns false, changing nothing, without it or for an unknown request.
+    pub fn detach(&mut self, req: ReqId) -> bool {
+        if self.finished.is_none() {
+            return false;
+        }
+        let Some(r) = self.reqs.get_mut(req) else {
+            return false;
+        };
+        if r.completion == Completion::Pending {
+            r.detached = true;
+        } else {
+            self.reqs.remove(req);
+        }
+        true
     }
 
     /// Peers with frames queued since the last call: the driver should try to write to them.

@@ -564,3 +564,43 @@ fn a_fin_without_a_granted_direct_copy_is_refused() {
         );
     }
 }
+
+/// A detached send (fi_inject's copy) is delivered like any other but never reported: the
+/// finished list does not name it and its request is freed, whether it finished before or
+/// after it was detached; without tracking, detach refuses and changes nothing.
+#[test]
+fn detached_sends_are_delivered_and_forgotten() {
+    let mut sim = Cluster::new(2, 2, Config::default(), 11);
+    let untracked = sim.cores[0].send(1, 0, 0, 1, pattern(0, 1, 10)).unwrap();
+    assert!(!sim.cores[0].detach(untracked), "detach needs tracking");
+    for c in sim.cores.iter_mut() {
+        c.track_finished();
+    }
+    let mut sends = Vec::new();
+    for (i, len) in [10usize, 5000, 200_000].into_iter().enumerate() {
+        let s = sim.cores[0].send(1, 0, 0, 2 + i as u64, pattern(0, 2 + i, len)).unwrap();
+        assert!(sim.cores[0].detach(s));
+        sends.push(s);
+    }
+    let recvs: Vec<_> = [10usize, 10, 5000, 200_000]
+        .into_iter()
+        .enumerate()
+        .map(|(i, len)| sim.cores[1].recv(0, Some(0), Some(1 + i as u64), vec![0; len]).unwrap())
+        .collect();
+    assert!(sim
+        .run_until(1_000_000, |c| recvs.iter().all(|&r| !c.cores[1].is_pending(r)))
+        .unwrap());
+    for (i, r) in recvs.into_iter().enumerate() {
+        let (_, buf) = sim.cores[1].take(r).unwrap();
+        assert_eq!(buf, pattern(0, 1 + i, buf.len()));
+    }
+    // Let the acknowledgements come back, then look at what the sender reports.
+    sim.run_until(100_000, |_| false).unwrap();
+    let mut finished = Vec::new();
+    sim.cores[0].take_finished(&mut finished);
+    for s in sends {
+        assert!(!finished.contains(&s), "a detached send was reported");
+        assert!(sim.cores[0].take(s).is_none(), "a detached send was not freed");
+    }
+    assert!(!sim.cores[0].is_pending(untracked));
+}
