@@ -23,6 +23,8 @@ enum Command {
     Bench(hx_bench::BenchArgs),
     /// The main job in one command: testbed, every policy over 1/2/4 rails, report.
     Demo(hx_demo::DemoArgs),
+    /// Hyper-crossbar topologies: the address plan, and one host's addresses, routes, sysctls.
+    Topo(hx_topology::cli::TopoArgs),
     /// What this host would use (rails, shared memory) and why, and every setting with its
     /// value and where it came from.
     Info,
@@ -39,6 +41,7 @@ fn main() {
         Command::Net(a) => hx_testbed::run(a),
         Command::Bench(a) => hx_bench::run(a),
         Command::Demo(a) => hx_demo::run(a),
+        Command::Topo(a) => hx_topology::cli::run(a),
         Command::RunAgent => hx_launcher::run_agent(),
         Command::Info => match hx_engine::info::report(&|k| std::env::var(k).ok()) {
             Ok(r) => {
