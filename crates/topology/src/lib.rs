@@ -86,7 +86,7 @@
 //! on the outgoing NIC. The tables are checked by forwarding, hop by hop with longest-prefix
 //! match over connected and static routes, from every host to every address of every other
 //! host of hxb:2x2x2, hxb:3x3x2, hxb:2x3x2x2 and hxb:4 (1 and 2 links), against the intended
-//! path.
+//! path, and for random pairs of random topologies of 2 to 4 dimensions (proptest).
 //!
 //! Sizes (routes per host: one per line subnet / aggregated, over all hosts; the
 //! `table_sizes` test): hxb:2x2x2 x 1: 9 / 6, x 2: 18 / 12; hxb:3x3x2 x 1: 18 / 12 to 13,
@@ -99,6 +99,24 @@
 //! `default` and every interface (replies may arrive on another NIC than the one the route
 //! back uses), `arp_ignore=1` and `arp_announce=2`. [`Topology::host_commands`] renders all of
 //! it as shell commands (`hxcomm topo routes`).
+//!
+//! # Example
+//!
+//! ```
+//! use hx_topology::Topology;
+//!
+//! let t = Topology::parse("hxb:2x2x2", 2).unwrap();
+//! assert_eq!(t.coords(7).unwrap(), vec![1, 1, 1]);
+//! let a = &t.addresses(7).unwrap()[0];
+//! assert_eq!((a.iface.as_str(), a.ip.to_string(), a.prefix), ("x0l0", "10.10.0.98".into(), 27));
+//! assert_eq!(t.locate(a.ip), Some((7, 0, 0)));
+//! // Opposite corners differ in every coordinate: six paths of three hops, no link shared.
+//! let paths = t.disjoint_paths(0, 7).unwrap();
+//! assert_eq!(paths.len(), 6);
+//! assert!(paths.iter().all(|p| p.hop_count() == 3));
+//! // Host 0's table: 12 routes plus the 6 connected subnets of its own lines.
+//! assert_eq!(t.routes(0).unwrap().len(), 12);
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

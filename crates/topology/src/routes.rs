@@ -362,6 +362,52 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Random topologies of up to 4 dimensions: the aggregated tables, followed hop by hop,
+        /// take the intended path to every address of a random destination, and the distinct
+        /// paths share no NIC attachment.
+        #[test]
+        fn random_topologies_route_right(
+            dims in proptest::collection::vec(2u32..6, 2..=4),
+            links in 1u32..4,
+            a in proptest::prelude::any::<u32>(),
+            b in proptest::prelude::any::<u32>(),
+        ) {
+            let Ok(t) = Topology::new(&dims, links) else { return Ok(()); };
+            let (s, d) = (a % t.hosts(), b % t.hosts());
+            if s == d {
+                return Ok(());
+            }
+            let mut cache: std::collections::HashMap<u32, Fib> = std::collections::HashMap::new();
+            let mut used = HashSet::new();
+            for p in t.paths(s, d).unwrap() {
+                // Follow the tables, building each host's FIB when the packet gets there.
+                let mut at = s;
+                let mut hops = Vec::new();
+                loop {
+                    let f = cache.entry(at).or_insert_with(|| fib(&t, at, true));
+                    if f.local.contains(&p.dst_addr) {
+                        break;
+                    }
+                    proptest::prop_assert!(hops.len() < t.ndims(), "loop: {:?}", hops);
+                    let best = f.entries.iter().filter(|e| e.0.contains(p.dst_addr))
+                        .max_by_key(|e| e.0.prefix).expect("no route");
+                    let (dim, link) = t.parse_iface(&best.2).unwrap();
+                    let (to, _, _) = t.locate(best.1.unwrap_or(p.dst_addr)).unwrap();
+                    hops.push((at, to, dim, link));
+                    at = to;
+                }
+                let want: Vec<_> = p.hops.iter().map(|h| (h.from, h.to, h.dim, h.link)).collect();
+                proptest::prop_assert_eq!(hops, want);
+                if p.ends_on_own_nic() {
+                    for l in p.links() {
+                        proptest::prop_assert!(used.insert(l), "{:?} used twice", l);
+                    }
+                }
+            }
+        }
+    }
+
     /// Route table sizes per host, (one route per line subnet, aggregated), smallest and
     /// largest over all hosts; the crate documentation quotes these.
     #[test]
