@@ -64,6 +64,17 @@ impl std::fmt::Display for BackendError {
     }
 }
 
+/// Where a send goes: from endpoint `ep` to `peer`, in the tagged or the message matching
+/// space, with remote CQ data.
+#[derive(Debug, Clone, Copy)]
+pub struct SendTo {
+    pub ep: u16,
+    pub tagged: bool,
+    pub peer: PeerId,
+    pub tag: u64,
+    pub data: Option<u64>,
+}
+
 pub enum SendBuf {
     Borrowed { ptr: *const u8, len: usize },
     Owned(Vec<u8>),
@@ -106,31 +117,13 @@ pub trait Backend: Send {
     /// fi_inject*: sends a copy the backend owns and never reports on it (no completion, not
     /// even an error). Returns the op id only for backends that cannot forget it (it then
     /// completes like any send and the domain ignores it).
-    fn inject(
-        &mut self,
-        ep: u16,
-        tagged: bool,
-        peer: PeerId,
-        tag: u64,
-        data: Option<u64>,
-        copy: Vec<u8>,
-    ) -> Result<Option<OpId>, BackendError> {
+    fn inject(&mut self, to: SendTo, copy: Vec<u8>) -> Result<Option<OpId>, BackendError> {
         // SAFETY: an owned buffer has no lifetime to keep.
-        unsafe { self.send(ep, tagged, peer, tag, data, SendBuf::Owned(copy)) }.map(Some)
+        unsafe { self.send(to, SendBuf::Owned(copy)) }.map(Some)
     }
-    /// `tagged` selects the matching space; `data` is remote CQ data.
     /// # Safety
     /// A Borrowed buffer stays valid until the op completes.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn send(
-        &mut self,
-        ep: u16,
-        tagged: bool,
-        peer: PeerId,
-        tag: u64,
-        data: Option<u64>,
-        buf: SendBuf,
-    ) -> Result<OpId, BackendError>;
+    unsafe fn send(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError>;
     /// # Safety
     /// The buffer stays valid until the op completes or is cancelled.
     #[allow(clippy::too_many_arguments)]

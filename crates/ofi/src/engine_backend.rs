@@ -11,7 +11,7 @@ use std::time::Duration;
 use hx_engine::{Engine, EngineBuf, Filter, Rank, Request, Settings, TagMatch};
 
 use crate::backend::{
-    Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, SendBuf, NAME_LEN,
+    Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, SendBuf, SendTo, NAME_LEN,
 };
 use crate::sys::{FI_EACCES, FI_EINVAL, FI_EIO, FI_ENODATA, FI_ENOENT, FI_ENOSPC, FI_ETRUNC};
 
@@ -212,6 +212,25 @@ impl EngineBackend {
         req.to_u64()
     }
 
+    /// The part of fi_send and fi_inject that starts the engine's send.
+    ///
+    /// # Safety
+    /// A `Raw` buffer stays valid until the send completes.
+    unsafe fn start_send(&mut self, to: SendTo, buf: EngineBuf) -> Result<Request, BackendError> {
+        let (rank, k) = self.peer(to.peer)?;
+        let tag = if to.tagged { to.tag } else { 0 };
+        self.eng_mut()
+            .isend_with(
+                engine_eps(to.ep, to.tagged),
+                rank,
+                engine_eps(k, to.tagged),
+                tag,
+                to.data,
+                buf,
+            )
+            .map_err(|e| err(FI_EINVAL, e))
+    }
+
     fn found(&mut self, st: &hx_engine::Status) -> Found {
         Found {
             src: self.peer_id(st.source, st.src_ep / 2),
@@ -221,6 +240,13 @@ impl EngineBackend {
         }
     }
 }
+
+/// What a send is tracked as.
+const SEND_OP: Op = Op {
+    is_recv: false,
+    cap: 0,
+    discard: false,
+};
 
 impl Backend for EngineBackend {
     fn open_ep(&mut self) -> Result<u16, BackendError> {
@@ -261,16 +287,7 @@ impl Backend for EngineBackend {
         self.peer(peer).map(|_| ())
     }
 
-    unsafe fn send(
-        &mut self,
-        ep: u16,
-        tagged: bool,
-        peer: PeerId,
-        tag: u64,
-        data: Option<u64>,
-        buf: SendBuf,
-    ) -> Result<OpId, BackendError> {
-        let (rank, k) = self.peer(peer)?;
+    unsafe fn send(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError> {
         let buf = match buf {
             SendBuf::Borrowed { ptr, len } => EngineBuf::Raw {
                 ptr: ptr as *mut u8,
@@ -278,64 +295,19 @@ impl Backend for EngineBackend {
             },
             SendBuf::Owned(v) => EngineBuf::Owned(v),
         };
-        let tag = if tagged { tag } else { 0 };
-        let req = self
-            .eng_mut()
-            .isend_with(
-                engine_eps(ep, tagged),
-                rank,
-                engine_eps(k, tagged),
-                tag,
-                data,
-                buf,
-            )
-            .map_err(|e| err(FI_EINVAL, e))?;
-        Ok(self.track(
-            req,
-            Op {
-                is_recv: false,
-                cap: 0,
-                discard: false,
-            },
-        ))
+        let req = self.start_send(to, buf)?;
+        Ok(self.track(req, SEND_OP))
     }
 
-    fn inject(
-        &mut self,
-        ep: u16,
-        tagged: bool,
-        peer: PeerId,
-        tag: u64,
-        data: Option<u64>,
-        copy: Vec<u8>,
-    ) -> Result<Option<OpId>, BackendError> {
-        let (rank, k) = self.peer(peer)?;
-        let tag = if tagged { tag } else { 0 };
+    fn inject(&mut self, to: SendTo, copy: Vec<u8>) -> Result<Option<OpId>, BackendError> {
         // SAFETY: an owned buffer has no lifetime to keep.
-        let req = unsafe {
-            self.eng_mut().isend_with(
-                engine_eps(ep, tagged),
-                rank,
-                engine_eps(k, tagged),
-                tag,
-                data,
-                EngineBuf::Owned(copy),
-            )
-        }
-        .map_err(|e| err(FI_EINVAL, e))?;
+        let req = unsafe { self.start_send(to, EngineBuf::Owned(copy)) }?;
         // Nothing to report, ever: the engine frees it when it is written (or fails). Without
         // finished-request tracking it is tracked like any send.
         if self.eng_mut().detach(req) {
             return Ok(None);
         }
-        Ok(Some(self.track(
-            req,
-            Op {
-                is_recv: false,
-                cap: 0,
-                discard: false,
-            },
-        )))
+        Ok(Some(self.track(req, SEND_OP)))
     }
 
     unsafe fn recv(

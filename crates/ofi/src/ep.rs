@@ -1,7 +1,7 @@
 //! RDM endpoints: message and tagged operations mapped onto backend sends and receives.
 
 use crate::av::{AvObj, AvShared};
-use crate::backend::{Found, OpId, PeerId, SendBuf, NAME_LEN};
+use crate::backend::{Found, OpId, PeerId, SendBuf, SendTo, NAME_LEN};
 use crate::cq::{CqObj, CqShared, Entry};
 use crate::domain::{self, DomainObj, DomainShared, Pending, Report};
 use crate::fabric::{enosys_ops_open, ptr};
@@ -348,29 +348,35 @@ impl EpObj {
             return Err(FI_EMSGSIZE);
         }
         let flags = a.flags.unwrap_or(self.tx_op_flags);
-        let copy = a.inject || flags & FI_INJECT != 0;
-        if copy && a.len > self.inject_size {
+        let owned = a.inject || flags & FI_INJECT != 0;
+        if owned && a.len > self.inject_size {
             return Err(FI_EMSGSIZE);
         }
         if a.len > 0 && a.buf.is_null() {
             return Err(FI_EINVAL);
         }
-        let peer = self.peer(b, a.dest, "send")?;
-        if a.inject {
-            // fi_inject*: no completion, ever; the backend forgets it once it is written.
-            let copy = if a.len == 0 {
+        let to = SendTo {
+            ep: self.id,
+            tagged: a.tagged,
+            peer: self.peer(b, a.dest, "send")?,
+            tag: a.tag,
+            data: a.data,
+        };
+        let copy = || {
+            if a.len == 0 {
                 Vec::new()
             } else {
                 std::slice::from_raw_parts(a.buf, a.len).to_vec()
-            };
+            }
+        };
+        if a.inject {
+            // fi_inject*: no completion, ever; the backend forgets it once it is written.
+            let copy = copy();
             let mut st = lock(&self.d.state);
-            let op = st
-                .backend
-                .inject(self.id, a.tagged, peer, a.tag, a.data, copy)
-                .map_err(|e| {
-                    warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
-                    e.errno
-                })?;
+            let op = st.backend.inject(to, copy).map_err(|e| {
+                warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
+                e.errno
+            })?;
             if let Some(op) = op {
                 st.pending.insert(
                     op,
@@ -386,13 +392,8 @@ impl EpObj {
             }
             return Ok(0);
         }
-        let buf = if copy {
-            let v = if a.len == 0 {
-                Vec::new()
-            } else {
-                std::slice::from_raw_parts(a.buf, a.len).to_vec()
-            };
-            SendBuf::Owned(v)
+        let buf = if owned {
+            SendBuf::Owned(copy())
         } else {
             SendBuf::Borrowed {
                 ptr: a.buf,
@@ -407,13 +408,10 @@ impl EpObj {
             Report::ErrorsOnly
         };
         let mut st = lock(&self.d.state);
-        let op = st
-            .backend
-            .send(self.id, a.tagged, peer, a.tag, a.data, buf)
-            .map_err(|e| {
-                warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
-                e.errno
-            })?;
+        let op = st.backend.send(to, buf).map_err(|e| {
+            warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
+            e.errno
+        })?;
         st.pending.insert(
             op,
             Pending {

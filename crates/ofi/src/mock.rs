@@ -274,15 +274,14 @@ impl Backend for MockBackend {
         self.peer_name(peer).map(|_| ())
     }
 
-    unsafe fn send(
-        &mut self,
-        ep: u16,
-        tagged: bool,
-        peer: PeerId,
-        tag: u64,
-        data: Option<u64>,
-        buf: SendBuf,
-    ) -> Result<OpId, BackendError> {
+    unsafe fn send(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError> {
+        let SendTo {
+            ep,
+            tagged,
+            peer,
+            tag,
+            data,
+        } = to;
         self.ep(ep)?;
         let dest = self.peer_name(peer)?;
         let op = self.op();
@@ -540,17 +539,14 @@ mod tests {
         let pb = a.insert(&b.name(eb)).unwrap();
         let mut buf = [0u8; 4];
         let r = unsafe { b.recv(eb, true, None, 0x10, 0x0f, buf.as_mut_ptr(), 4) }.unwrap();
-        unsafe {
-            a.send(
-                ea,
-                true,
-                pb,
-                0x13,
-                Some(7),
-                SendBuf::Owned(b"hello".to_vec()),
-            )
-        }
-        .unwrap();
+        let to = |tagged, tag, data| SendTo {
+            ep: ea,
+            tagged,
+            peer: pb,
+            tag,
+            data,
+        };
+        unsafe { a.send(to(true, 0x13, Some(7)), SendBuf::Owned(b"hello".to_vec())) }.unwrap();
         let d = drain(&mut b);
         assert_eq!(d.len(), 1);
         assert_eq!((d[0].op, d[0].len, d[0].msg_len, d[0].tag), (r, 4, 5, 0x13));
@@ -558,8 +554,8 @@ mod tests {
         assert_eq!(&buf, b"hell");
         assert_eq!(d[0].src, Some(b.insert(&a.name(ea)).unwrap()));
         // Untagged and tagged spaces are separate; claim then receive.
-        unsafe { a.send(ea, false, pb, 0, None, SendBuf::Owned(b"u".to_vec())) }.unwrap();
-        unsafe { a.send(ea, true, pb, 5, None, SendBuf::Owned(b"t".to_vec())) }.unwrap();
+        unsafe { a.send(to(false, 0, None), SendBuf::Owned(b"u".to_vec())) }.unwrap();
+        unsafe { a.send(to(true, 5, None), SendBuf::Owned(b"t".to_vec())) }.unwrap();
         let (f, c) = b.peek(eb, None, 5, 0, true).unwrap().unwrap();
         assert_eq!(f.len, 1);
         assert!(b.peek(eb, None, 5, 0, false).unwrap().is_none());
