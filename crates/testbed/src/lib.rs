@@ -74,8 +74,7 @@ pub struct RailCounters {
 
 /// Whether the process runs as root (effective uid 0).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 /// A running testbed; dropping it takes it down (errors ignored), so tests clean up on panic.

@@ -15,6 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 /// The last caught signal (0: none).
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 
@@ -57,19 +60,19 @@ fn describe(cmd: &Command) -> String {
     s
 }
 
-fn kill_group(child: &Child, sig: i32) {
-    // SAFETY: plain kill(2) on the group of our own child (its id is the group id).
-    unsafe { libc::kill(-(child.id() as libc::pid_t), sig) };
+fn kill_group(child: &Child, sig: Signal) {
+    // The group of our own child (its id is the group id).
+    let _ = kill(Pid::from_raw(-(child.id() as libc::pid_t)), sig);
 }
 
 /// Stops a process group: SIGTERM, then SIGKILL after `grace`; reaps the leader.
 fn stop_group(child: &mut Child, grace: Duration) {
     if let Ok(Some(_)) = child.try_wait() {
         // The leader is gone; members may still live.
-        kill_group(child, libc::SIGKILL);
+        kill_group(child, Signal::SIGKILL);
         return;
     }
-    kill_group(child, libc::SIGTERM);
+    kill_group(child, Signal::SIGTERM);
     let t0 = Instant::now();
     while t0.elapsed() < grace {
         if let Ok(Some(_)) = child.try_wait() {
@@ -77,7 +80,7 @@ fn stop_group(child: &mut Child, grace: Duration) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    kill_group(child, libc::SIGKILL);
+    kill_group(child, Signal::SIGKILL);
     let _ = child.wait();
 }
 
@@ -207,7 +210,7 @@ impl Job {
             std::thread::sleep(Duration::from_millis(10));
         };
         // Whatever the leader left running in its group (e.g. a daemon) goes too.
-        kill_group(&child, libc::SIGKILL);
+        kill_group(&child, Signal::SIGKILL);
         let stdout = self.out.take().map(|h| h.join().unwrap_or_default());
         let stderr = self.err.take().map(|h| h.join().unwrap_or_default());
         Ok(Done {

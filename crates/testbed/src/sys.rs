@@ -1,8 +1,8 @@
 //! Running `ip` and `tc`, the global lock, existence checks.
 
 use crate::TestbedError;
+use nix::fcntl::{Flock, FlockArg};
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 
@@ -87,7 +87,7 @@ pub fn link_alias(netns: Option<&str>, dev: &str) -> Option<String> {
 /// /run/hxcomm/lock), so parallel `up`s never pick the same management subnet or race on
 /// /etc/hosts. Released on drop.
 pub struct Lock {
-    _file: File,
+    _file: Flock<File>,
 }
 
 impl Lock {
@@ -101,14 +101,9 @@ impl Lock {
             .write(true)
             .open(&path)
             .map_err(|e| TestbedError::Io(format!("open {path}: {e}")))?;
-        // SAFETY: flock on a file descriptor we own; no memory is involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc != 0 {
-            return Err(TestbedError::Io(format!(
-                "flock {path}: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
+        let file = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| {
+            TestbedError::Io(format!("flock {path}: {}", std::io::Error::from(e)))
+        })?;
         Ok(Lock { _file: file })
     }
 }
