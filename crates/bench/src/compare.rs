@@ -169,8 +169,7 @@ impl Drop for Guard {
 }
 
 pub fn run(o: &CompareOpts) -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         return Err(
             "compare needs root (it builds network namespaces): run it with sudo, not under hxcomm run"
                 .into(),

@@ -3,6 +3,8 @@
 use std::time::Instant;
 
 use hx_engine::{Engine, Request};
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::sys::time::TimeVal;
 
 use crate::pattern;
 use crate::P2pOpts;
@@ -30,11 +32,11 @@ impl Kind {
 }
 
 fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
-    t(ru.ru_utime) + t(ru.ru_stime)
+    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return 0.0;
+    };
+    let t = |tv: TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 * 1e-6;
+    t(ru.user_time()) + t(ru.system_time())
 }
 
 fn err(e: hx_engine::Error) -> String {
