@@ -6,18 +6,22 @@
 //! description and wait for ever on our own parent. So an inherited descriptor of that file is
 //! used when there is one (flock on the same open file description succeeds at once).
 
-use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{open, Flock, FlockArg, OFlag};
+use nix::sys::stat::Mode;
 
 pub const BENCH_LOCK: &str = "/tmp/hxcomm-bench.lock";
 
 /// Held until dropped.
 #[derive(Debug)]
 pub struct BenchLock {
-    fd: libc::c_int,
-    /// We opened `fd` (else it was inherited and stays open).
-    owned: bool,
+    /// The descriptor we opened and locked; `None` when an inherited descriptor holds the lock
+    /// (it stays open).
+    _owned: Option<Flock<OwnedFd>>,
 }
 
 impl BenchLock {
@@ -28,44 +32,49 @@ impl BenchLock {
         if let Some(fd) = inherited_fd(path) {
             // SAFETY: flock on a descriptor we were given; no memory involved.
             if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Ok(BenchLock { fd, owned: false });
+                return Ok(BenchLock { _owned: None });
             }
         }
-        let c = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| format!("bad lock path {}", path.display()))?;
-        // SAFETY: a valid NUL-terminated path; the result is checked.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
-                0o666 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(format!(
+        if path.as_os_str().as_encoded_bytes().contains(&0) {
+            return Err(format!("bad lock path {}", path.display()));
+        }
+        let mut fd = open(
+            path,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o666),
+        )
+        .map_err(|e| {
+            format!(
                 "cannot open {}: {}",
                 path.display(),
-                std::io::Error::last_os_error()
-            ));
-        }
-        let lock = BenchLock { fd, owned: true };
+                std::io::Error::from(e)
+            )
+        })?;
         let start = Instant::now();
         let mut said = false;
         loop {
-            // SAFETY: flock on our own descriptor.
-            if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                if said {
-                    eprintln!(
-                        "hxcomm demo: got {} after {:.0} s",
-                        path.display(),
-                        start.elapsed().as_secs_f64()
-                    );
+            let e = match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => {
+                    if said {
+                        eprintln!(
+                            "hxcomm demo: got {} after {:.0} s",
+                            path.display(),
+                            start.elapsed().as_secs_f64()
+                        );
+                    }
+                    return Ok(BenchLock { _owned: Some(lock) });
                 }
-                return Ok(lock);
-            }
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(format!("flock {}: {e}", path.display()));
+                Err((f, e)) => {
+                    fd = f;
+                    e
+                }
+            };
+            if e != Errno::EWOULDBLOCK {
+                return Err(format!(
+                    "flock {}: {}",
+                    path.display(),
+                    std::io::Error::from(e)
+                ));
             }
             if !said {
                 eprintln!(
@@ -78,15 +87,6 @@ impl BenchLock {
                 return Err(format!("stopped while waiting for {}", path.display()));
             }
             std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for BenchLock {
-    fn drop(&mut self) {
-        if self.owned {
-            // SAFETY: closing our own descriptor releases the lock.
-            unsafe { libc::close(self.fd) };
         }
     }
 }
@@ -115,10 +115,10 @@ mod tests {
     fn lock_is_exclusive_across_processes_and_shared_through_our_own_fd() {
         let path = std::env::temp_dir().join(format!("hxdemo-lock-test-{}", std::process::id()));
         let first = BenchLock::acquire(&path, &|| false).unwrap();
-        assert!(first.owned);
+        assert!(first._owned.is_some());
         // Our own descriptor counts as "inherited": a second acquire shares it at once.
         let second = BenchLock::acquire(&path, &|| true).unwrap();
-        assert!(!second.owned);
+        assert!(second._owned.is_none());
         drop(second);
         drop(first);
         // Another process holding the lock makes us wait (here: give up at once).
