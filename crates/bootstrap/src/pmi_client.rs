@@ -15,10 +15,15 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{send, MsgFlags};
 
 use crate::pmi::{self, Reply, Request};
 use crate::{Bootstrap, BootstrapError};
@@ -171,76 +176,59 @@ struct Conn {
     buf: Vec<u8>,
 }
 
-fn wait_fd(fd: RawFd, events: libc::c_short, deadline: Instant) -> Result<(), Fault> {
+fn wait_fd(fd: BorrowedFd<'_>, events: PollFlags, deadline: Instant) -> Result<(), Fault> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Fault::Timeout);
         }
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-        let mut p = libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n > 0 {
-            return Ok(());
-        }
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(Fault::Io(e));
-            }
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let ms = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
+        match poll(&mut [PollFd::new(fd, events)], ms) {
+            Ok(n) if n > 0 => return Ok(()),
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(Fault::Io(e.into())),
         }
     }
 }
 
 impl Conn {
     fn new(fd: OwnedFd) -> io::Result<Conn> {
-        let raw = fd.as_raw_fd();
-        // SAFETY: fcntl on a descriptor we own; flags are read before being changed.
-        unsafe {
-            let fl = libc::fcntl(raw, libc::F_GETFL);
-            if fl < 0 || libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let fdfl = libc::fcntl(raw, libc::F_GETFD);
-            if fdfl < 0 || libc::fcntl(raw, libc::F_SETFD, fdfl | libc::FD_CLOEXEC) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
+        // Flags are read before being changed.
+        let fl = OFlag::from_bits_retain(fcntl(&fd, FcntlArg::F_GETFL)?);
+        fcntl(&fd, FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK))?;
+        let fdfl = FdFlag::from_bits_retain(fcntl(&fd, FcntlArg::F_GETFD)?);
+        fcntl(&fd, FcntlArg::F_SETFD(fdfl | FdFlag::FD_CLOEXEC))?;
         Ok(Conn {
             fd: Some(fd),
             buf: Vec::with_capacity(pmi::MAX_REPLY_LINE),
         })
     }
 
-    fn raw(&self) -> Result<RawFd, Fault> {
-        self.fd
-            .as_ref()
-            .map(|f| f.as_raw_fd())
+    fn sock(fd: &Option<OwnedFd>) -> Result<BorrowedFd<'_>, Fault> {
+        fd.as_ref()
+            .map(|f| f.as_fd())
             .ok_or(Fault::Closed { partial: false })
     }
 
     /// Writes the whole line (in one send when the socket has room, as Slurm's server needs).
     fn send(&mut self, line: &[u8], deadline: Instant) -> Result<(), Fault> {
-        let fd = self.raw()?;
+        let fd = Self::sock(&self.fd)?;
         let mut done = 0;
         while done < line.len() {
             let rest = &line[done..];
-            // SAFETY: `rest` is a valid readable slice; MSG_NOSIGNAL: a closed peer gives EPIPE,
-            // not a SIGPIPE that would kill a C program linked with us.
-            let n = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
-            if n >= 0 {
-                done += n as usize;
-                continue;
-            }
-            let e = io::Error::last_os_error();
+            // MSG_NOSIGNAL: a closed peer gives EPIPE, not a SIGPIPE that would kill a C program
+            // linked with us.
+            let e = match send(fd.as_raw_fd(), rest, MsgFlags::MSG_NOSIGNAL) {
+                Ok(n) => {
+                    done += n;
+                    continue;
+                }
+                Err(e) => io::Error::from(e),
+            };
             match e.kind() {
                 io::ErrorKind::Interrupted => {}
-                io::ErrorKind::WouldBlock => wait_fd(fd, libc::POLLOUT, deadline)?,
+                io::ErrorKind::WouldBlock => wait_fd(fd, PollFlags::POLLOUT, deadline)?,
                 io::ErrorKind::BrokenPipe
                 | io::ErrorKind::ConnectionReset
                 | io::ErrorKind::ConnectionAborted => return Err(Fault::Closed { partial: false }),
@@ -258,25 +246,24 @@ impl Conn {
                 self.buf.drain(..used);
                 return Ok(line);
             }
-            let fd = self.raw()?;
+            let fd = Self::sock(&self.fd)?;
             let room = pmi::MAX_REPLY_LINE - self.buf.len();
             let mut tmp = [0u8; pmi::MAX_REPLY_LINE];
-            // SAFETY: reading at most `room` <= MAX_REPLY_LINE bytes into a local buffer of
-            // MAX_REPLY_LINE bytes.
-            let n = unsafe { libc::read(fd, tmp.as_mut_ptr().cast(), room) };
-            if n > 0 {
-                self.buf.extend_from_slice(&tmp[..n as usize]);
-                continue;
-            }
-            if n == 0 {
-                return Err(Fault::Closed {
-                    partial: !self.buf.is_empty(),
-                });
-            }
-            let e = io::Error::last_os_error();
+            let e = match nix::unistd::read(fd, &mut tmp[..room]) {
+                Ok(0) => {
+                    return Err(Fault::Closed {
+                        partial: !self.buf.is_empty(),
+                    })
+                }
+                Ok(n) => {
+                    self.buf.extend_from_slice(&tmp[..n]);
+                    continue;
+                }
+                Err(e) => io::Error::from(e),
+            };
             match e.kind() {
                 io::ErrorKind::Interrupted => {}
-                io::ErrorKind::WouldBlock => wait_fd(fd, libc::POLLIN, deadline)?,
+                io::ErrorKind::WouldBlock => wait_fd(fd, PollFlags::POLLIN, deadline)?,
                 io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted => {
                     return Err(Fault::Closed {
                         partial: !self.buf.is_empty(),
