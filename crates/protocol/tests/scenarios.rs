@@ -578,17 +578,25 @@ fn detached_sends_are_delivered_and_forgotten() {
     }
     let mut sends = Vec::new();
     for (i, len) in [10usize, 5000, 200_000].into_iter().enumerate() {
-        let s = sim.cores[0].send(1, 0, 0, 2 + i as u64, pattern(0, 2 + i, len)).unwrap();
+        let s = sim.cores[0]
+            .send(1, 0, 0, 2 + i as u64, pattern(0, 2 + i, len))
+            .unwrap();
         assert!(sim.cores[0].detach(s));
         sends.push(s);
     }
     let recvs: Vec<_> = [10usize, 10, 5000, 200_000]
         .into_iter()
         .enumerate()
-        .map(|(i, len)| sim.cores[1].recv(0, Some(0), Some(1 + i as u64), vec![0; len]).unwrap())
+        .map(|(i, len)| {
+            sim.cores[1]
+                .recv(0, Some(0), Some(1 + i as u64), vec![0; len])
+                .unwrap()
+        })
         .collect();
     assert!(sim
-        .run_until(1_000_000, |c| recvs.iter().all(|&r| !c.cores[1].is_pending(r)))
+        .run_until(1_000_000, |c| recvs
+            .iter()
+            .all(|&r| !c.cores[1].is_pending(r)))
         .unwrap());
     for (i, r) in recvs.into_iter().enumerate() {
         let (_, buf) = sim.cores[1].take(r).unwrap();
@@ -600,7 +608,10 @@ fn detached_sends_are_delivered_and_forgotten() {
     sim.cores[0].take_finished(&mut finished);
     for s in sends {
         assert!(!finished.contains(&s), "a detached send was reported");
-        assert!(sim.cores[0].take(s).is_none(), "a detached send was not freed");
+        assert!(
+            sim.cores[0].take(s).is_none(),
+            "a detached send was not freed"
+        );
     }
     assert!(!sim.cores[0].is_pending(untracked));
 }
