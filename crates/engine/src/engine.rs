@@ -3,8 +3,12 @@
 use std::collections::HashMap;
 use std::io::{ErrorKind, IoSlice};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::{Duration, Instant};
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::uio::{process_vm_writev, RemoteIoVec};
+use nix::unistd::Pid;
 
 use hx_bootstrap::{Bootstrap, Secret};
 use hx_protocol::{Completion, Core, EpId, Filter, Rank, ReqId, Status};
@@ -67,7 +71,7 @@ pub struct Engine {
     pub(crate) open_to_unknown: bool,
     pub(crate) poller: Poller,
     /// Makes `poller` readable on demand (see [`arm_for_wait`](Self::arm_for_wait)).
-    kick: std::os::fd::OwnedFd,
+    kick: EventFd,
     pub(crate) listeners: Vec<(TcpListener, String)>,
     pub(crate) pending: Vec<Option<PendingConn>>,
     pub(crate) backlog_waiting: bool,
@@ -83,7 +87,7 @@ pub struct Engine {
     pub(crate) settings: Settings,
     pub(crate) rail_opts: RailOptions,
     dirty: Vec<Rank>,
-    events: Vec<libc::epoll_event>,
+    events: Vec<poller::Event>,
     endpoints: Vec<EpId>,
     barrier_round: u64,
     pub(crate) finalizing: bool,
@@ -180,15 +184,10 @@ impl Engine {
         networked: bool,
     ) -> Result<Engine, Error> {
         let poller = Poller::new().map_err(io_err("epoll_create"))?;
-        // SAFETY: plain syscall; the fd is owned below.
-        let kfd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if kfd < 0 {
-            return Err(io_err("eventfd")(std::io::Error::last_os_error()));
-        }
-        // SAFETY: a new fd we own.
-        let kick = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(kfd) };
+        let kick = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| io_err("eventfd")(e.into()))?;
         poller
-            .add(kfd, poller::IN, T_KICK)
+            .add(kick.as_fd().as_raw_fd(), poller::IN, T_KICK)
             .map_err(io_err("epoll_ctl"))?;
         let instance = random_instance()?;
         let mut listeners = Vec::new();
@@ -266,7 +265,7 @@ impl Engine {
             },
             settings,
             dirty: Vec::new(),
-            events: Vec::with_capacity(64),
+            events: Vec::new(),
             endpoints: Vec::new(),
             barrier_round: 0,
             finalizing: false,
@@ -762,8 +761,7 @@ impl Engine {
                 || idle_since.get_or_insert_with(Instant::now).elapsed() < self.settings.spin;
             if spin_over && !bulk {
                 if self.settings.yield_while_spinning {
-                    // SAFETY: plain syscall.
-                    unsafe { libc::sched_yield() };
+                    let _ = nix::sched::sched_yield();
                 } else {
                     std::hint::spin_loop();
                 }
@@ -793,15 +791,9 @@ impl Engine {
             return Ok(());
         }
         self.progress_once(0)?;
-        let one = 1u64;
-        // SAFETY: 8-byte write to our eventfd.
-        unsafe {
-            libc::write(
-                std::os::fd::AsRawFd::as_raw_fd(&self.kick),
-                (&one as *const u64).cast(),
-                8,
-            )
-        };
+        // Cannot fail short of a counter at u64::MAX - 1, which one write per arming never
+        // reaches (each wakeup drains it).
+        let _ = self.kick.write(1);
         Ok(())
     }
 
@@ -879,7 +871,7 @@ impl Engine {
             .map_err(io_err("epoll_wait"))?;
         for i in 0..n {
             let ev = self.events[i];
-            let (flags, token) = (ev.events, ev.u64);
+            let (flags, token) = poller::split(&ev);
             match token & T_MASK {
                 T_LINK => {
                     let peer = ((token >> 16) & 0xffff_ffff) as Rank;
@@ -920,15 +912,8 @@ impl Engine {
                     self.advance_shm_connect((token & 0xffff_ffff) as usize)
                 }
                 T_LISTEN if token & T_KICK == T_KICK => {
-                    let mut v = 0u64;
-                    // SAFETY: 8-byte read from our eventfd; EAGAIN when already drained.
-                    unsafe {
-                        libc::read(
-                            std::os::fd::AsRawFd::as_raw_fd(&self.kick),
-                            (&mut v as *mut u64).cast(),
-                            8,
-                        )
-                    };
+                    // EAGAIN when already drained.
+                    let _ = self.kick.read();
                 }
                 T_LISTEN if token & T_SHM_ACCEPT == T_SHM_ACCEPT => {
                     self.advance_shm_accept((token & 0xffff_ffff) as usize);
@@ -970,23 +955,27 @@ impl Engine {
             let mut done = 0;
             let mut err = None;
             while done < w.len {
-                let local = libc::iovec {
-                    iov_base: src[done..].as_ptr() as *mut libc::c_void,
-                    iov_len: w.len - done,
+                let remote = RemoteIoVec {
+                    base: w.remote_addr as usize + done,
+                    len: w.len - done,
                 };
-                let remote = libc::iovec {
-                    iov_base: (w.remote_addr as usize + done) as *mut libc::c_void,
-                    iov_len: w.len - done,
-                };
-                // SAFETY: the local iovec lies within `src` (w.len == src.len()), our live send
-                // buffer; the remote one is the receive buffer the peer offered (the kernel
-                // checks it against the peer's mappings).
-                let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
-                if n <= 0 {
-                    err = Some(std::io::Error::last_os_error());
-                    break;
+                // The kernel checks the remote range against the peer's mappings; the local
+                // slice is our live send buffer (src.len() == w.len).
+                match process_vm_writev(
+                    Pid::from_raw(pid),
+                    &[IoSlice::new(&src[done..])],
+                    &[remote],
+                ) {
+                    Ok(0) => {
+                        err = Some(std::io::Error::from(std::io::ErrorKind::WriteZero));
+                        break;
+                    }
+                    Ok(n) => done += n,
+                    Err(e) => {
+                        err = Some(e.into());
+                        break;
+                    }
                 }
-                done += n as usize;
             }
             if let Some(e) = err {
                 warn!(

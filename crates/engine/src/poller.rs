@@ -1,87 +1,78 @@
-//! A thin epoll wrapper. Registrations are edge-triggered: the engine reads until a short read and
-//! writes until a short write, so one wakeup per change suffices.
+//! A thin epoll wrapper over nix. Registrations are edge-triggered: the engine reads until a
+//! short read and writes until a short write, so one wakeup per change suffices.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 pub struct Poller {
-    fd: RawFd,
+    ep: Epoll,
 }
 
 pub const IN: u32 = libc::EPOLLIN as u32;
 pub const OUT: u32 = libc::EPOLLOUT as u32;
 pub const HUP: u32 = (libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) as u32;
 
+/// One ready registration: its event bits (`IN`, `OUT`, `HUP`) and its token.
+pub type Event = EpollEvent;
+
+/// The bits and token of `ev`.
+pub fn split(ev: &Event) -> (u32, u64) {
+    (ev.events().bits() as u32, ev.data())
+}
+
+/// The fds registered here are the engine's own (links, listeners, its eventfd), registered
+/// while open and removed (or closed, which removes them) by the engine.
+fn borrow(fd: RawFd) -> BorrowedFd<'static> {
+    // SAFETY: only used for the duration of one epoll_ctl call on an fd the caller holds open
+    // (see above); epoll keeps no reference to the borrow.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
 impl Poller {
     pub fn new() -> io::Result<Self> {
-        // SAFETY: plain syscall.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Poller { fd })
+        Ok(Poller {
+            ep: Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?,
+        })
     }
 
     pub fn fd(&self) -> RawFd {
-        self.fd
-    }
-
-    fn ctl(&self, op: i32, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events, u64: token };
-        // SAFETY: valid epoll fd and event struct.
-        if unsafe { libc::epoll_ctl(self.fd, op, fd, &mut ev) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        self.ep.0.as_fd().as_raw_fd()
     }
 
     pub fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        self.ctl(
-            libc::EPOLL_CTL_ADD,
-            fd,
-            events | libc::EPOLLET as u32,
-            token,
-        )
+        self.add_level(fd, events | libc::EPOLLET as u32, token)
     }
 
     /// Level-triggered, for fds that are themselves epoll sets (shared-memory links): an
     /// edge-triggered registration of a nested epoll can miss wakeups while a stale entry sits
     /// in its ready list; polling it level-triggered re-checks it every time.
     pub fn add_level(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)
+        let flags = EpollFlags::from_bits_retain(events as i32);
+        Ok(self.ep.add(borrow(fd), EpollEvent::new(flags, token))?)
     }
 
     pub fn remove(&self, fd: RawFd) {
-        // SAFETY: removing an fd; errors (already closed) are harmless here.
-        unsafe {
-            libc::epoll_ctl(self.fd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
-        }
+        // Errors (already closed, never added) are harmless here.
+        let _ = self.ep.delete(borrow(fd));
     }
 
-    /// Waits up to `timeout_ms` (0: poll, -1: forever) and fills `out`.
-    pub fn wait(&self, out: &mut Vec<libc::epoll_event>, timeout_ms: i32) -> io::Result<usize> {
-        out.clear();
-        if out.capacity() == 0 {
-            out.reserve(64);
+    /// Waits up to `timeout_ms` (0: poll, -1: forever) and fills `out` (its length is the
+    /// most events one call returns; 64 if it was empty). Returns how many it filled.
+    pub fn wait(&self, out: &mut Vec<Event>, timeout_ms: i32) -> io::Result<usize> {
+        if out.is_empty() {
+            out.resize(64, EpollEvent::empty());
         }
-        let cap = out.capacity().min(i32::MAX as usize) as i32;
-        // SAFETY: `out` has room for `cap` events; we set its length to what the kernel wrote.
-        let n = unsafe { libc::epoll_wait(self.fd, out.as_mut_ptr(), cap, timeout_ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok(0);
-            }
-            return Err(e);
+        let timeout = if timeout_ms < 0 {
+            EpollTimeout::NONE
+        } else {
+            EpollTimeout::try_from(timeout_ms).unwrap_or(EpollTimeout::MAX)
+        };
+        match self.ep.wait(out, timeout) {
+            Ok(n) => Ok(n),
+            Err(nix::errno::Errno::EINTR) => Ok(0),
+            Err(e) => Err(e.into()),
         }
-        unsafe { out.set_len(n as usize) };
-        Ok(n as usize)
-    }
-}
-
-impl Drop for Poller {
-    fn drop(&mut self) {
-        // SAFETY: we own the fd.
-        unsafe { libc::close(self.fd) };
     }
 }
