@@ -86,7 +86,11 @@
 //! on the outgoing NIC. The tables are checked by forwarding, hop by hop with longest-prefix
 //! match over connected and static routes, from every host to every address of every other
 //! host of hxb:2x2x2, hxb:3x3x2, hxb:2x3x2x2 and hxb:4 (1 and 2 links), against the intended
-//! path, and for random pairs of random topologies of 2 to 4 dimensions (proptest).
+//! path, and for random pairs of random topologies of 2 to 4 dimensions (proptest). Checked
+//! once by hand against Linux as well (network namespaces joined by one bridge per line and
+//! link, configured by `hxcomm topo routes`): `ip route get` followed hop by hop gave exactly
+//! the intended path, and ping reached, for every address of every other host (hxb:2x2x2 x 2:
+//! 336, hxb:3x3x2 x 1: 918); the testbed step makes that a test.
 //!
 //! Sizes (routes per host: one per line subnet / aggregated, over all hosts; the
 //! `table_sizes` test): hxb:2x2x2 x 1: 9 / 6, x 2: 18 / 12; hxb:3x3x2 x 1: 18 / 12 to 13,
