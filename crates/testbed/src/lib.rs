@@ -3,7 +3,10 @@
 //! A testbed named PREFIX (default `hx`) is H namespaces `PREFIX0..PREFIX(H-1)` joined by R rails
 //! (rail i = 10.10.i.0/24, host k = 10.10.i.(k+1) on `r<i>`), each rail interface shaped with tbf,
 //! plus an unshaped management network 10.200.N.0/24 (root side 10.200.N.254 on bridge
-//! `PREFIX-mgmt`, host k = 10.200.N.(k+1) on `mgmt`). See [`net`] for the exact layout. What `up`
+//! `PREFIX-mgmt`, host k = 10.200.N.(k+1) on `mgmt`). A hyper-crossbar (`hxb:2x2x2` with L links
+//! per dimension, [`TestbedSpec::hxb`]) has one switch per line and link instead, NICs
+//! `x<d>l<l>`, hx-topology's addresses, and its relay routes and sysctls in every host. See
+//! [`net`] for the exact layout. What `up`
 //! made is recorded in /run/hxcomm/net-PREFIX.json; `down` removes exactly that. [`proc`] runs the
 //! commands of the programs that drive a testbed (`hxcomm demo`, `hxcomm bench compare`): with a
 //! timeout, as a process group, stopped on Ctrl-C.
@@ -116,9 +119,15 @@ impl Testbed {
         self.info.host_mgmt_addr(host)
     }
 
-    /// Address of host `host` on rail `rail`, 10.10.rail.(host+1).
+    /// Address of host `host` on rail (NIC) `rail`: 10.10.rail.(host+1) in the flat layout,
+    /// hx-topology's plan otherwise.
     pub fn rail_addr(&self, host: u32, rail: u32) -> Ipv4Addr {
         self.info.rail_addr(host, rail)
+    }
+
+    /// The topology wired (`hxb:HOSTS` with `rails` links for the flat layout).
+    pub fn topology(&self) -> &hx_topology::Topology {
+        &self.info.topology
     }
 
     /// A command that runs `program` inside host `host`'s namespace (`ip netns exec`).

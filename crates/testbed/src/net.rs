@@ -6,6 +6,13 @@
 //! - more hosts: namespace `PREFIXsw` holds bridge `br<i>` per rail, with port `h<k>r<i>` (the peer of
 //!   `PREFIXk:r<i>`); the port is shaped like the host side, so a host receives at most the rail
 //!   rate, as from a switch port;
+//! - a hyper-crossbar of several dimensions (`hxb:2x2x2`, [`TestbedSpec::dims`]) is wired the same
+//!   way with one switch per line and link instead of one per rail: bridge `br<s>` in
+//!   `PREFIXsw` for line subnet `s` (hx-topology's plan order: dimension, link, line; a rail is
+//!   line subnet `i` of the flat layout, so `br<i>` there too), port `h<k><IF>` for host k's NIC
+//!   `IF` = `x<d>l<l>`, the address and prefix of the plan on that NIC, and in every host the
+//!   sysctls (forwarding, loose reverse-path filtering, ARP) and the routes hx-topology gives,
+//!   so that the hosts' kernels relay along the dimension-order paths;
 //! - management: bridge `PREFIX-mgmt` (10.200.N.254/24) in the root namespace, veth `PREFIX-m<k>`
 //!   to `PREFIXk:mgmt` (10.200.N.(k+1)/24), never shaped;
 //! - every rail interface (and switch port) shaped on egress: `tbf` alone, or `netem` (delay) as
@@ -33,21 +40,23 @@ fn root_veth(name: &str, k: u32) -> String {
 }
 
 /// Plans the objects of a testbed (no side effects).
-pub fn plan(spec: &TestbedSpec, mgmt_net: u8) -> TestbedInfo {
-    let bridged = spec.hosts > 2;
+pub fn plan(spec: &TestbedSpec, mgmt_net: u8) -> Result<TestbedInfo, TestbedError> {
+    let topology = spec.topology()?;
+    let bridged = spec.hosts > 2 || topology.ndims() > 1;
     let mut namespaces: Vec<String> = (0..spec.hosts).map(|k| spec.host_name(k)).collect();
     if bridged {
         namespaces.push(switch_ns(&spec.name));
     }
     let mut root_links = vec![mgmt_bridge(&spec.name)];
     root_links.extend((0..spec.hosts).map(|k| root_veth(&spec.name, k)));
-    TestbedInfo {
+    Ok(TestbedInfo {
         spec: spec.clone(),
         mgmt_net,
         bridged,
         namespaces,
         root_links,
-    }
+        topology,
+    })
 }
 
 /// Brings a testbed up, replacing one of the same name. On failure, removes what it made.
@@ -66,7 +75,7 @@ pub fn up(spec: &TestbedSpec) -> Result<TestbedInfo, TestbedError> {
         }
     }
     let mgmt_net = choose_mgmt_net(&spec.name, reuse)?;
-    let info = plan(spec, mgmt_net);
+    let info = plan(spec, mgmt_net)?;
     check_conflicts(&info)?;
     // Recorded before anything is made, so an interrupted `up` can still be taken down.
     state::save(&info)?;
@@ -253,6 +262,38 @@ fn explain_qdisc(e: TestbedError, kind: &str) -> TestbedError {
     }
 }
 
+/// One switch: the hosts of one line (all hosts in the flat layout) on one link, and NIC
+/// index `nic` of each (the rail).
+pub(crate) struct Segment {
+    /// Line subnet number in plan order: the bridge is `br<index>`.
+    pub index: u32,
+    /// NIC index (rail) of every host on it.
+    pub nic: u32,
+    /// The hosts, by position on the line.
+    pub hosts: Vec<u32>,
+}
+
+/// Every line and link of the topology, in plan order (dimension, link, line); the flat
+/// layout has one per rail.
+pub(crate) fn segments(info: &TestbedInfo) -> Vec<Segment> {
+    let t = &info.topology;
+    let mut v = Vec::new();
+    for dim in 0..t.ndims() {
+        for link in 0..t.links_per_dim() {
+            for line in 0..t.lines(dim) {
+                v.push(Segment {
+                    index: v.len() as u32,
+                    nic: dim as u32 * t.links_per_dim() + link,
+                    hosts: (0..t.dims()[dim])
+                        .filter_map(|pos| t.line_host(dim, line, pos))
+                        .collect(),
+                });
+            }
+        }
+    }
+    v
+}
+
 fn build(info: &TestbedInfo) -> Result<(), TestbedError> {
     let spec = &info.spec;
     let name = spec.name.as_str();
@@ -267,20 +308,23 @@ fn build(info: &TestbedInfo) -> Result<(), TestbedError> {
     if info.bridged {
         add_netns(&sw)?;
     }
-    for i in 0..spec.rails {
-        let r = format!("r{i}");
+    let prefix = info.topology.subnet_prefix();
+    for seg in segments(info) {
+        let i = seg.nic;
+        let r = info.iface(i);
         let rate = spec.rates[i as usize].as_deref();
+        let members: Vec<&String> = seg.hosts.iter().map(|&k| &hosts[k as usize]).collect();
         if info.bridged {
-            let br = format!("br{i}");
+            let br = format!("br{}", seg.index);
             ip(&[
                 "-n", &sw, "link", "add", "name", &br, "mtu", &mtu, "type", "bridge",
             ])?;
-            if i == 0 {
+            if seg.index == 0 {
                 ip(&["-n", &sw, "link", "set", "dev", &br, "alias", &mark])?;
             }
             ip(&["-n", &sw, "link", "set", "dev", &br, "up"])?;
-            for (k, host) in hosts.iter().enumerate() {
-                let port = format!("h{k}r{i}");
+            for (&k, host) in seg.hosts.iter().zip(&members) {
+                let port = format!("h{k}{r}");
                 ip(&[
                     "link", "add", "name", &r, "netns", host, "mtu", &mtu, "type", "veth", "peer",
                     "name", &port, "netns", &sw, "mtu", &mtu,
@@ -291,16 +335,19 @@ fn build(info: &TestbedInfo) -> Result<(), TestbedError> {
             }
         } else {
             ip(&[
-                "link", "add", "name", &r, "netns", &hosts[0], "mtu", &mtu, "type", "veth", "peer",
-                "name", &r, "netns", &hosts[1], "mtu", &mtu,
+                "link", "add", "name", &r, "netns", members[0], "mtu", &mtu, "type", "veth",
+                "peer", "name", &r, "netns", members[1], "mtu", &mtu,
             ])?;
         }
-        for (k, host) in hosts.iter().enumerate() {
-            let addr = format!("{}/24", info.rail_addr(k as u32, i));
+        for (&k, host) in seg.hosts.iter().zip(&members) {
+            let addr = format!("{}/{prefix}", info.rail_addr(k, i));
             ip(&["-n", host, "addr", "add", &addr, "dev", &r])?;
             shape(host, &r, rate, delay, spec.mtu)?;
             ip(&["-n", host, "link", "set", "dev", &r, "up"])?;
         }
+    }
+    for (k, host) in hosts.iter().enumerate() {
+        configure_relaying(info, k as u32, host)?;
     }
     // Management network.
     let br = mgmt_bridge(name);
@@ -328,6 +375,37 @@ fn build(info: &TestbedInfo) -> Result<(), TestbedError> {
         .map(|k| (info.host_mgmt_addr(k), spec.host_name(k)))
         .collect();
     hosts::update(name, Some(&entries))?;
+    Ok(())
+}
+
+/// hx-topology's sysctls and routes for host `k` (nothing in the flat layout): the host's
+/// kernel forwards along the dimension-order paths.
+fn configure_relaying(info: &TestbedInfo, k: u32, ns: &str) -> Result<(), TestbedError> {
+    let topo_err = |e: hx_topology::Error| TestbedError::InvalidSpec(format!("topology: {e}"));
+    let sysctls: Vec<String> = info
+        .topology
+        .sysctls()
+        .iter()
+        .map(|s| format!("{}={}", s.key, s.value))
+        .collect();
+    if !sysctls.is_empty() {
+        let mut args = vec!["netns", "exec", ns, "sysctl", "-q"];
+        for s in &sysctls {
+            args.extend(["-w", s.as_str()]);
+        }
+        ip(&args)?;
+    }
+    for r in info.topology.routes(k).map_err(topo_err)? {
+        let (dest, via) = (r.dest.to_string(), r.via.to_string());
+        let mut args = vec![
+            "-n", ns, "route", "replace", &dest, "via", &via, "dev", &r.dev,
+        ];
+        let src = r.src.map(|s| s.to_string());
+        if let Some(s) = &src {
+            args.extend(["src", s.as_str()]);
+        }
+        ip(&args)?;
+    }
     Ok(())
 }
 
@@ -452,7 +530,7 @@ pub fn link(info: &TestbedInfo, host: u32, rail: u32, up: bool) -> Result<(), Te
         return Err(TestbedError::NotRoot);
     }
     let ns = info.spec.host_name(host);
-    let dev = format!("r{rail}");
+    let dev = info.iface(rail);
     ip(&[
         "-n",
         &ns,
@@ -477,7 +555,7 @@ pub fn counters(info: &TestbedInfo) -> Result<Vec<Vec<RailCounters>>, TestbedErr
             })?;
         let mut rails = Vec::new();
         for i in 0..info.spec.rails {
-            let dev = format!("r{i}");
+            let dev = info.iface(i);
             let l = v
                 .as_array()
                 .and_then(|a| {

@@ -1,6 +1,7 @@
 //! What a testbed looks like: hosts, rails, rates, MTU, delay; parsing and validation.
 
 use crate::TestbedError;
+use hx_topology::Topology;
 
 /// The longest prefix: `PREFIX-mgmt` and `PREFIX-m<k>` must fit in 15 characters.
 pub const MAX_NAME_LEN: usize = 10;
@@ -15,8 +16,14 @@ pub struct TestbedSpec {
     /// Prefix of every name: namespaces `NAME0..`, `NAMEsw`, bridge `NAME-mgmt`.
     pub name: String,
     pub hosts: u32,
+    /// NICs per host: the rails of the flat layout, or dimensions x links per dimension of a
+    /// hyper-crossbar, in the order of [`Topology::addresses`].
     pub rails: u32,
-    /// One entry per rail, a tc rate such as `1gbit`; `None` = no rate limit.
+    /// The sizes of a multi-dimensional hyper-crossbar (`hxb:2x2x2` is `[2, 2, 2]`, with
+    /// `rails / dims.len()` links per dimension); `None` is today's flat layout (`hxb:HOSTS`,
+    /// every host on every rail).
+    pub dims: Option<Vec<u32>>,
+    /// One entry per NIC (rail), a tc rate such as `1gbit`; `None` = no rate limit.
     pub rates: Vec<Option<String>>,
     pub mtu: u32,
     /// netem delay added on every rail interface, e.g. `20us`.
@@ -33,7 +40,42 @@ impl TestbedSpec {
             rates: vec![Some("1gbit".to_string()); rails as usize],
             mtu: 1500,
             delay: None,
+            dims: None,
         }
+    }
+
+    /// The testbed of a topology: `hxb:N` with L links is the flat `N` hosts x `L` rails of
+    /// [`TestbedSpec::new`]; more dimensions give one switch per line and link. Every NIC at
+    /// 1gbit, MTU 1500, no delay.
+    pub fn hxb(name: &str, topology: &Topology) -> Self {
+        let mut s = TestbedSpec::new(name, topology.hosts(), topology.nics_per_host() as u32);
+        if topology.ndims() > 1 {
+            s.dims = Some(topology.dims().to_vec());
+        }
+        s
+    }
+
+    /// The topology the testbed wires: `hxb:HOSTS` with `rails` links for the flat layout.
+    pub fn topology(&self) -> Result<Topology, TestbedError> {
+        let dims = self.dims.clone().unwrap_or_else(|| vec![self.hosts]);
+        let n = dims.len() as u32;
+        if !self.rails.is_multiple_of(n) {
+            return Err(invalid(format!(
+                "{} NICs per host do not divide into {n} dimensions",
+                self.rails
+            )));
+        }
+        let t =
+            Topology::new(&dims, self.rails / n).map_err(|e| invalid(format!("topology: {e}")))?;
+        if t.hosts() != self.hosts {
+            return Err(invalid(format!(
+                "{} has {} hosts, the spec says {}",
+                t.spec(),
+                t.hosts(),
+                self.hosts
+            )));
+        }
+        Ok(t)
     }
 
     /// Sets every rail to `rate` (`None` = unlimited).
@@ -76,7 +118,7 @@ impl TestbedSpec {
         if let Some(d) = &self.delay {
             parse_delay(d)?;
         }
-        Ok(())
+        self.topology().map(|_| ())
     }
 
     /// Namespace of host `k`.
@@ -266,6 +308,22 @@ mod tests {
         s.delay = Some("20us".into());
         s.mtu = 9000;
         assert!(s.validate().is_ok());
+        // A hyper-crossbar: hosts and NICs must agree with the dimensions.
+        let t = Topology::parse("hxb:3x3x2", 1).unwrap();
+        let s = TestbedSpec::hxb("hx", &t);
+        assert_eq!((s.hosts, s.rails, s.rates.len()), (18, 3, 3));
+        assert_eq!(s.topology().unwrap(), t);
+        let mut bad = s.clone();
+        bad.hosts = 17;
+        assert!(bad.validate().is_err());
+        let mut bad = s.clone();
+        bad.rails = 4;
+        bad.rates.push(None);
+        assert!(bad.validate().is_err());
+        assert_eq!(
+            TestbedSpec::hxb("hx", &Topology::parse("hxb:4", 2).unwrap()),
+            TestbedSpec::new("hx", 4, 2)
+        );
     }
 
     #[test]

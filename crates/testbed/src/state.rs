@@ -3,6 +3,7 @@
 use crate::spec::TestbedSpec;
 use crate::sys::STATE_DIR;
 use crate::TestbedError;
+use hx_topology::Topology;
 use serde_json::{json, Value};
 use std::net::Ipv4Addr;
 
@@ -18,6 +19,9 @@ pub struct TestbedInfo {
     pub namespaces: Vec<String>,
     /// Links made in the root namespace (management bridge, then host veth ends).
     pub root_links: Vec<String>,
+    /// The topology wired (`hxb:HOSTS` with `rails` links for the flat layout): coordinates,
+    /// addresses, interface names, routes.
+    pub topology: Topology,
 }
 
 impl TestbedInfo {
@@ -42,9 +46,34 @@ impl TestbedInfo {
         Ipv4Addr::new(10, 200, self.mgmt_net, (k + 1) as u8)
     }
 
-    /// Address of host `k` on rail `i`, 10.10.i.(k+1).
+    /// Address of host `k` on NIC (rail) `i`: 10.10.i.(k+1) in the flat layout, the plan's
+    /// address of dimension `i / links`, link `i % links` otherwise.
     pub fn rail_addr(&self, k: u32, i: u32) -> Ipv4Addr {
-        rail_addr(k, i)
+        let (dim, link) = self.nic(i);
+        self.topology
+            .address(k, dim, link)
+            .unwrap_or(Ipv4Addr::UNSPECIFIED)
+    }
+
+    /// Dimension and link of NIC (rail) `i` (NICs in the order of `Topology::addresses`).
+    pub fn nic(&self, i: u32) -> (usize, u32) {
+        let l = self.topology.links_per_dim();
+        ((i / l) as usize, i % l)
+    }
+
+    /// Interface name of NIC (rail) `i` in every host: `r<i>` in the flat layout, `x<d>l<l>`
+    /// otherwise.
+    pub fn iface(&self, i: u32) -> String {
+        let (dim, link) = self.nic(i);
+        self.topology.iface_name(dim, link)
+    }
+
+    /// NIC index of an interface name (`r2`, `x1l0`) or of a plain index (`2`).
+    pub fn parse_nic(&self, s: &str) -> Option<u32> {
+        if let Some((dim, link)) = self.topology.parse_iface(s) {
+            return Some(dim as u32 * self.topology.links_per_dim() + link);
+        }
+        s.parse().ok().filter(|&i| i < self.spec.rails)
     }
 
     /// Name of the management bridge in the root namespace.
@@ -53,7 +82,7 @@ impl TestbedInfo {
     }
 
     pub fn to_json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "name": self.spec.name,
             "hosts": self.spec.hosts,
             "rails": self.spec.rails,
@@ -64,7 +93,11 @@ impl TestbedInfo {
             "layout": if self.bridged { "bridge" } else { "veth" },
             "namespaces": self.namespaces,
             "root_links": self.root_links,
-        })
+        });
+        if let Some(dims) = &self.spec.dims {
+            v["dims"] = json!(dims);
+        }
+        v
     }
 
     pub fn from_json(v: &Value) -> Option<TestbedInfo> {
@@ -85,25 +118,33 @@ impl TestbedInfo {
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
+        let dims = match v.get("dims") {
+            None => None,
+            Some(d) => Some(
+                d.as_array()?
+                    .iter()
+                    .map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()))
+                    .collect::<Option<Vec<u32>>>()?,
+            ),
+        };
+        let spec = TestbedSpec {
+            name: v.get("name")?.as_str()?.to_string(),
+            hosts: v.get("hosts")?.as_u64()? as u32,
+            rails: v.get("rails")?.as_u64()? as u32,
+            rates,
+            mtu: v.get("mtu")?.as_u64()? as u32,
+            delay: v.get("delay")?.as_str().map(str::to_string),
+            dims,
+        };
         Some(TestbedInfo {
-            spec: TestbedSpec {
-                name: v.get("name")?.as_str()?.to_string(),
-                hosts: v.get("hosts")?.as_u64()? as u32,
-                rails: v.get("rails")?.as_u64()? as u32,
-                rates,
-                mtu: v.get("mtu")?.as_u64()? as u32,
-                delay: v.get("delay")?.as_str().map(str::to_string),
-            },
+            topology: spec.topology().ok()?,
+            spec,
             mgmt_net: u8::try_from(v.get("mgmt_net")?.as_u64()?).ok()?,
             bridged: v.get("layout")?.as_str()? == "bridge",
             namespaces: strings("namespaces")?,
             root_links: strings("root_links")?,
         })
     }
-}
-
-pub fn rail_addr(k: u32, i: u32) -> Ipv4Addr {
-    Ipv4Addr::new(10, 10, i as u8, (k + 1) as u8)
 }
 
 pub fn mgmt_bridge(name: &str) -> String {
@@ -182,11 +223,41 @@ mod tests {
             bridged: true,
             namespaces: vec!["tb0".into(), "tb1".into(), "tb2".into(), "tbsw".into()],
             root_links: vec!["tb-mgmt".into(), "tb-m0".into()],
+            topology: Topology::new(&[3], 2).unwrap(),
         };
         let back = TestbedInfo::from_json(&info.to_json()).unwrap();
         assert_eq!(back, info);
         assert_eq!(back.mgmt_addr(), Ipv4Addr::new(10, 200, 17, 254));
         assert_eq!(back.host_mgmt_addr(2), Ipv4Addr::new(10, 200, 17, 3));
-        assert_eq!(back.rail_addr(1, 3), Ipv4Addr::new(10, 10, 3, 2));
+        assert_eq!(back.rail_addr(1, 1), Ipv4Addr::new(10, 10, 1, 2));
+        assert_eq!(back.iface(1), "r1");
+    }
+
+    #[test]
+    fn hyper_crossbar_round_trip() {
+        let t = Topology::parse("hxb:2x2x2", 2).unwrap();
+        let spec = TestbedSpec::hxb("p", &t).with_rate(None);
+        assert!(spec.validate().is_ok());
+        let info = TestbedInfo {
+            spec,
+            mgmt_net: 3,
+            bridged: true,
+            namespaces: vec!["p0".into(), "psw".into()],
+            root_links: vec!["p-mgmt".into()],
+            topology: t.clone(),
+        };
+        let back = TestbedInfo::from_json(&info.to_json()).unwrap();
+        assert_eq!(back, info);
+        assert_eq!(back.iface(3), "x1l1");
+        assert_eq!(back.parse_nic("x1l1"), Some(3));
+        assert_eq!(back.parse_nic("5"), Some(5));
+        assert_eq!(back.parse_nic("6"), None);
+        assert_eq!(back.rail_addr(7, 0), t.address(7, 0, 0).unwrap());
+        // A record without "dims" (written before hyper-crossbars) is the flat layout.
+        let mut old = TestbedInfo::from_json(&info.to_json()).unwrap().to_json();
+        old.as_object_mut().unwrap().remove("dims");
+        let flat = TestbedInfo::from_json(&old).unwrap();
+        assert_eq!(flat.topology, Topology::new(&[8], 6).unwrap());
+        assert_eq!(flat.iface(5), "r5");
     }
 }
