@@ -1,0 +1,310 @@
+//! Hyper-crossbar testbeds against the kernel (issue 9; needs root, `ip` and `ping`: skipped
+//! otherwise through tests/util/skip.rs, and a failure instead when `CI=true`).
+//!
+//! `hxcomm net up --topology ... --rate none` builds the testbed; then, for every ordered pair of
+//! hosts and every address of the destination, the kernel's own route decisions (`ip -n HOST -o
+//! route get ADDR`, followed hop by hop from host to host until the host that owns the address
+//! says `local`) must be exactly the path hx-topology's `path(src, dst, dim, link)` intends: the
+//! outgoing interface and next hop of every hop, and the source address at the first. Then a
+//! ping (one packet, one second at most) from two hosts to every address of every other host.
+//! A guard runs `hxcomm net down` whatever happens, and the test checks that nothing is left.
+
+mod util;
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hx_topology::Topology;
+use util::{hxcomm, output_text};
+
+/// Takes the testbed down when dropped (also after a failed or partial `up`, or a panic).
+struct Net {
+    name: String,
+}
+
+impl Net {
+    fn up(name: &str, topology: &str, links: u32) -> Net {
+        let net = Net {
+            name: name.to_string(),
+        };
+        let links = links.to_string();
+        let out = Command::new(hxcomm())
+            .args([
+                "net",
+                "up",
+                "--topology",
+                topology,
+                "--links-per-dim",
+                &links,
+            ])
+            .args(["--rate", "none", "--name", name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "net up: {}", output_text(&out));
+        net
+    }
+
+    fn ns(&self, host: u32) -> String {
+        format!("{}{host}", self.name)
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        let _ = Command::new(hxcomm())
+            .args(["net", "down", "--name", &self.name])
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+/// Namespaces named `NAME<digits>` or `NAMEsw` that exist now.
+fn namespaces_of(name: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n.strip_prefix(name).is_some_and(|r| {
+                        r == "sw" || (!r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the kernel of one host does with a packet to one address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Decision {
+    /// The host owns the address.
+    Local,
+    /// Out of `dev` to `next` (the gateway, or the address itself when it is on the link),
+    /// with `src` as the preferred source.
+    Out {
+        dev: String,
+        next: Ipv4Addr,
+        src: Option<Ipv4Addr>,
+    },
+}
+
+/// `ip -n NS -o route get ADDR`, parsed.
+fn route_get(ns: &str, addr: Ipv4Addr) -> Result<Decision, String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-o", "route", "get", &addr.to_string()])
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!("{ns}: route get {addr}: {}", output_text(&out)));
+    }
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.first() == Some(&"local") {
+        return Ok(Decision::Local);
+    }
+    let after = |key: &str| {
+        words
+            .windows(2)
+            .find(|w| w[0] == key)
+            .map(|w| w[1].to_string())
+    };
+    let dev = after("dev").ok_or_else(|| format!("{ns}: no dev in {text:?}"))?;
+    let next = match after("via") {
+        Some(v) => v.parse().map_err(|_| format!("{ns}: via in {text:?}"))?,
+        None => addr,
+    };
+    let src = after("src").and_then(|s| s.parse().ok());
+    Ok(Decision::Out { dev, next, src })
+}
+
+/// Follows the kernels' decisions from every host to every address of every other host and
+/// compares each hop with the intended path. Returns the number of `route get`s asked and
+/// every mismatch.
+fn check_routes(net: &Net, t: &Topology) -> (usize, Vec<String>) {
+    let mut cache: HashMap<(u32, Ipv4Addr), Result<Decision, String>> = HashMap::new();
+    let mut asked = 0;
+    let mut errors = Vec::new();
+    let mut decide = |host: u32, addr: Ipv4Addr| {
+        cache
+            .entry((host, addr))
+            .or_insert_with(|| {
+                asked += 1;
+                route_get(&net.ns(host), addr)
+            })
+            .clone()
+    };
+    for src in 0..t.hosts() {
+        for dst in (0..t.hosts()).filter(|&d| d != src) {
+            for path in t.paths(src, dst).unwrap() {
+                let what = format!(
+                    "{src} -> {dst} {} (dim {}, link {})",
+                    path.dst_addr, path.dst_dim, path.link
+                );
+                let mut at = src;
+                let mut ok = true;
+                for (i, hop) in path.hops.iter().enumerate() {
+                    match decide(at, path.dst_addr) {
+                        Ok(Decision::Out { dev, next, src: s }) => {
+                            let owner = t.locate(next).map(|(h, _, _)| h);
+                            if dev != hop.iface || next != hop.next_hop || owner != Some(hop.to) {
+                                errors.push(format!(
+                                    "{what}: hop {i} at host {at}: kernel says dev {dev} next \
+                                     {next} (host {owner:?}), intended dev {} next {} (host {})",
+                                    hop.iface, hop.next_hop, hop.to
+                                ));
+                                ok = false;
+                                break;
+                            }
+                            if i == 0 && s != Some(path.src_addr) {
+                                errors.push(format!(
+                                    "{what}: source {s:?}, intended {}",
+                                    path.src_addr
+                                ));
+                            }
+                        }
+                        other => {
+                            errors.push(format!(
+                                "{what}: hop {i} at host {at}: kernel says {other:?}, intended \
+                                 dev {} next {}",
+                                hop.iface, hop.next_hop
+                            ));
+                            ok = false;
+                            break;
+                        }
+                    }
+                    at = hop.to;
+                }
+                if ok {
+                    match decide(at, path.dst_addr) {
+                        Ok(Decision::Local) if at == dst => {}
+                        other => errors.push(format!(
+                            "{what}: at the end of the path (host {at}) the kernel says \
+                             {other:?}, not local"
+                        )),
+                    }
+                }
+            }
+        }
+    }
+    (asked, errors)
+}
+
+/// One ping (one packet, one second at most) from `src` to every address of every other host;
+/// the addresses that did not answer.
+fn ping_all(net: &Net, t: &Topology, src: u32) -> Vec<String> {
+    let mut failed = Vec::new();
+    for dst in (0..t.hosts()).filter(|&d| d != src) {
+        for a in t.addresses(dst).unwrap() {
+            let ok = Command::new("ip")
+                .args(["netns", "exec", &net.ns(src), "ping", "-c1", "-W1", "-q"])
+                .arg(a.ip.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                failed.push(format!("{src} -> {dst} {} ({})", a.ip, a.iface));
+            }
+        }
+    }
+    failed
+}
+
+/// Brings up `topology` with `links` links per dimension, checks the status, the route
+/// decisions of every pair and the pings from `pingers`, takes it down and checks that nothing
+/// is left.
+fn check(tag: &str, topology: &str, links: u32, pingers: &[u32]) {
+    if !(util::skip::need_netns() && util::skip::need_tool("ping", &["-V"], "iputils-ping")) {
+        return;
+    }
+    let t = Topology::parse(topology, links).unwrap();
+    let name = format!("hxt{}{tag}", std::process::id() % 1000);
+    let started = Instant::now();
+    {
+        let net = Net::up(&name, topology, links);
+        let up = started.elapsed();
+
+        // net status --json: the topology, each host's coordinates and NICs.
+        let out = Command::new(hxcomm())
+            .args(["net", "status", "--json", "--name", &name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", output_text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["topology"], topology);
+        assert_eq!(v["links_per_dim"], links);
+        let hosts = v["hosts"].as_array().unwrap();
+        assert_eq!(hosts.len() as u32, t.hosts());
+        for (k, h) in hosts.iter().enumerate() {
+            let k = k as u32;
+            assert_eq!(h["name"], net.ns(k));
+            assert_eq!(h["coords"], serde_json::json!(t.coords(k).unwrap()));
+            let nics: Vec<(String, String)> = h["rails"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    assert_eq!(r["carrier"], true, "{r}");
+                    (
+                        r["if"].as_str().unwrap().to_string(),
+                        r["addr"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            let want: Vec<(String, String)> = t
+                .addresses(k)
+                .unwrap()
+                .into_iter()
+                .map(|a| (a.iface, a.ip.to_string()))
+                .collect();
+            assert_eq!(nics, want, "host {k}");
+        }
+
+        let t0 = Instant::now();
+        let (asked, errors) = check_routes(&net, &t);
+        let routes_took = t0.elapsed();
+        assert!(
+            errors.is_empty(),
+            "{} of the kernel's route decisions differ from the intended paths, e.g.:\n{}",
+            errors.len(),
+            errors[..errors.len().min(20)].join("\n")
+        );
+
+        let t0 = Instant::now();
+        let mut failed = Vec::new();
+        for &p in pingers {
+            failed.extend(ping_all(&net, &t, p));
+        }
+        let pings_took = t0.elapsed();
+        assert!(failed.is_empty(), "no answer: {}", failed.join(", "));
+        println!(
+            "{topology} x {links}: up {up:.1?}; {asked} route lookups for {} pairs x {} \
+             addresses in {routes_took:.1?}; {} pings in {pings_took:.1?}",
+            t.hosts() * (t.hosts() - 1),
+            t.nics_per_host(),
+            pingers.len() * (t.hosts() as usize - 1) * t.nics_per_host(),
+        );
+        assert!(
+            pings_took < Duration::from_secs(60),
+            "pings took {pings_took:?}"
+        );
+    }
+    let left = namespaces_of(&name);
+    assert!(left.is_empty(), "left behind after net down: {left:?}");
+    assert!(
+        hx_testbed::info(&name).unwrap().is_none(),
+        "record of {name} left"
+    );
+}
+
+#[test]
+fn hxb_2x2x2_two_links_kernel_routes_follow_intended_paths() {
+    check("a", "hxb:2x2x2", 2, &[0, 7]);
+}
+
+#[test]
+fn hxb_3x3x2_one_link_kernel_routes_follow_intended_paths() {
+    check("b", "hxb:3x3x2", 1, &[0, 17]);
+}
