@@ -176,19 +176,7 @@ impl Job {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         cmd.process_group(0);
-        let parent = getpid();
-        // SAFETY: in the child only async-signal-safe calls (prctl, getppid, _exit) run between
-        // fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                set_pdeathsig(Signal::SIGKILL)?;
-                // The launcher died before prctl took effect: do not run as an orphan.
-                if getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        die_with_launcher(&mut cmd);
         let mut child = cmd.spawn()?;
         let pid = child.id() as libc::pid_t;
         if let Some(w) = &self.watchdog {
@@ -434,5 +422,23 @@ impl Drop for Job {
                 rk.ended = Some(Ended::Signaled(libc::SIGKILL));
             }
         }
+    }
+}
+
+/// Makes the child `cmd` starts die (SIGKILL) when the launcher dies, also if the launcher
+/// dies between fork and the prctl: no rank or rsh process outlives `hxcomm run`.
+pub(crate) fn die_with_launcher(cmd: &mut Command) {
+    let parent = getpid();
+    // SAFETY: in the child only async-signal-safe calls (prctl, getppid, _exit) run between
+    // fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            set_pdeathsig(Signal::SIGKILL)?;
+            // The launcher died before prctl took effect: do not run as an orphan.
+            if getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
     }
 }

@@ -14,12 +14,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use nix::sys::prctl::set_pdeathsig;
-use nix::sys::signal::Signal;
-use nix::unistd::{getpid, getppid};
 
 use crate::agent::{self, Header};
-use crate::job::{Ended, Job, JobEnv, GRACE, HANG_EXIT, TIMEOUT_EXIT};
+use crate::job::{die_with_launcher, Ended, Job, JobEnv, GRACE, HANG_EXIT, TIMEOUT_EXIT};
 use crate::output::{Sink, MAX_LINE};
 use crate::plan::{Plan, Remote};
 use crate::signals::{signal_name, SignalGuard};
@@ -299,17 +296,7 @@ pub fn run(
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        let parent = getpid();
-        // SAFETY: as for local ranks (job.rs): only async-signal-safe calls after fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                set_pdeathsig(Signal::SIGKILL)?;
-                if getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        die_with_launcher(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
