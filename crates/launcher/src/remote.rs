@@ -14,7 +14,6 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-
 use crate::agent::{self, Header};
 use crate::job::{die_with_launcher, Ended, Job, JobEnv, GRACE, HANG_EXIT, TIMEOUT_EXIT};
 use crate::output::{Sink, MAX_LINE};
