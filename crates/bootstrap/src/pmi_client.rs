@@ -951,32 +951,41 @@ pub(crate) mod fake {
     ) -> (OwnedFd, std::thread::JoinHandle<Vec<String>>) {
         let (ours, theirs) = UnixStream::pair().unwrap();
         let h = std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            let mut w = theirs.try_clone().unwrap();
-            let mut r = BufReader::new(theirs);
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                let line = line.trim_end().to_string();
-                seen.push(line.clone());
-                match reply(&line) {
-                    Some(out) => {
-                        let (out, close) = match out.strip_suffix('\u{4}') {
-                            Some(o) => (o.to_string(), true),
-                            None => (out, false),
-                        };
-                        if w.write_all(out.as_bytes()).is_err() || close {
-                            break;
-                        }
-                    }
-                    None => break,
-                }
-            }
-            seen
+            let w = theirs.try_clone().unwrap();
+            serve(BufReader::new(theirs), w, reply)
         });
         (ours.into(), h)
+    }
+
+    /// Reads PMI lines from `r` until EOF and answers each with `reply` on `w` (`None`: stop;
+    /// a reply ending in `\u{4}`: write the rest, then stop). Returns the lines seen.
+    pub(crate) fn serve(
+        mut r: impl BufRead,
+        mut w: impl Write,
+        reply: impl Fn(&str) -> Option<String>,
+    ) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            let line = line.trim_end().to_string();
+            seen.push(line.clone());
+            match reply(&line) {
+                Some(out) => {
+                    let (out, close) = match out.strip_suffix('\u{4}') {
+                        Some(o) => (o.to_string(), true),
+                        None => (out, false),
+                    };
+                    if w.write_all(out.as_bytes()).is_err() || close {
+                        break;
+                    }
+                }
+                None => break,
+            }
+        }
+        seen
     }
 
     /// Hydra's answers, with a key-value store of its own.
@@ -1025,10 +1034,10 @@ pub(crate) mod fake {
 
 #[cfg(test)]
 mod tests {
-    use super::fake::{fake_server, hydra_like};
+    use super::fake::{fake_server, hydra_like, serve};
     use super::*;
     use crate::tests::env_of;
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::BufReader;
 
     #[test]
     fn pmi_env() {
@@ -1287,25 +1296,15 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
-            let mut w = s.try_clone().unwrap();
-            let mut r = BufReader::new(s);
+            let w = s.try_clone().unwrap();
             let reply = hydra_like();
-            let mut seen = Vec::new();
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                let line = line.trim_end().to_string();
-                seen.push(line.clone());
-                let out = if line.starts_with("cmd=initack") {
-                    "cmd=initack\ncmd=set size=3\ncmd=set rank=2\ncmd=set debug=0\n".to_string()
+            serve(BufReader::new(s), w, |line: &str| {
+                if line.starts_with("cmd=initack") {
+                    Some("cmd=initack\ncmd=set size=3\ncmd=set rank=2\ncmd=set debug=0\n".into())
                 } else {
-                    reply(&line).unwrap()
-                };
-                w.write_all(out.as_bytes()).unwrap();
-            }
-            seen
+                    reply(line)
+                }
+            })
         });
         let cfg = parse_pmi_env(&env_of(&[
             ("PMI_PORT", &format!("localhost:{port}")),
