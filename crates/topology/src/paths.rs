@@ -216,30 +216,26 @@ mod tests {
     fn paths_follow_the_rule() {
         for t in cases() {
             let n = t.ndims();
-            for s in 0..t.hosts() {
-                for d in (0..t.hosts()).filter(|&d| d != s) {
-                    let differ: Vec<usize> =
-                        (0..n).filter(|&g| t.coord(s, g) != t.coord(d, g)).collect();
-                    for p in t.paths(s, d).unwrap() {
-                        let want: Vec<usize> = (1..=n)
-                            .map(|i| (p.dst_dim + i) % n)
-                            .filter(|g| differ.contains(g))
-                            .collect();
-                        let got: Vec<usize> = p.hops.iter().map(|h| h.dim).collect();
-                        assert_eq!(got, want);
-                        assert!((1..=n).contains(&p.hop_count()));
-                        assert_eq!(p.hops[0].from, s);
-                        assert_eq!(p.hops.last().unwrap().to, d);
-                        for w in p.hops.windows(2) {
-                            assert_eq!(w[0].to, w[1].from);
-                        }
-                        for h in &p.hops {
-                            assert_eq!(h.link, p.link);
-                            assert_eq!(t.locate(h.next_hop), Some((h.to, h.dim, h.link)));
-                            assert_eq!(t.line_of(h.from, h.dim), t.line_of(h.to, h.dim));
-                        }
-                        assert_eq!(t.locate(p.src_addr), Some((s, p.hops[0].dim, p.link)));
+            for (s, d, differ) in ordered_pairs(&t) {
+                for p in t.paths(s, d).unwrap() {
+                    let want: Vec<usize> = (1..=n)
+                        .map(|i| (p.dst_dim + i) % n)
+                        .filter(|g| differ.contains(g))
+                        .collect();
+                    let got: Vec<usize> = p.hops.iter().map(|h| h.dim).collect();
+                    assert_eq!(got, want);
+                    assert!((1..=n).contains(&p.hop_count()));
+                    assert_eq!(p.hops[0].from, s);
+                    assert_eq!(p.hops.last().unwrap().to, d);
+                    for w in p.hops.windows(2) {
+                        assert_eq!(w[0].to, w[1].from);
                     }
+                    for h in &p.hops {
+                        assert_eq!(h.link, p.link);
+                        assert_eq!(t.locate(h.next_hop), Some((h.to, h.dim, h.link)));
+                        assert_eq!(t.line_of(h.from, h.dim), t.line_of(h.to, h.dim));
+                    }
+                    assert_eq!(t.locate(p.src_addr), Some((s, p.hops[0].dim, p.link)));
                 }
             }
         }
@@ -255,34 +251,44 @@ mod tests {
     fn distinct_paths_share_no_link() {
         for t in cases() {
             let n = t.ndims();
-            for s in 0..t.hosts() {
-                for d in (0..t.hosts()).filter(|&d| d != s) {
-                    let differ: Vec<usize> =
-                        (0..n).filter(|&g| t.coord(s, g) != t.coord(d, g)).collect();
-                    let all = t.paths(s, d).unwrap();
-                    let dis = t.disjoint_paths(s, d).unwrap();
-                    assert_eq!(dis.len(), differ.len() * t.links_per_dim() as usize);
-                    let mut used = HashSet::new();
-                    for p in &dis {
-                        for l in p.links() {
-                            assert!(used.insert(l), "{t}: {s}->{d}: {l:?} used twice");
-                        }
+            for (s, d, differ) in ordered_pairs(&t) {
+                let all = t.paths(s, d).unwrap();
+                let dis = t.disjoint_paths(s, d).unwrap();
+                assert_eq!(dis.len(), differ.len() * t.links_per_dim() as usize);
+                let mut used = HashSet::new();
+                for p in &dis {
+                    for l in p.links() {
+                        assert!(used.insert(l), "{t}: {s}->{d}: {l:?} used twice");
                     }
-                    for p in all.iter().filter(|p| !p.ends_on_own_nic()) {
-                        assert!(!differ.contains(&p.dst_dim));
-                        let e = (1..=n)
-                            .map(|i| (p.dst_dim + n - i) % n)
-                            .find(|g| differ.contains(g))
-                            .unwrap();
-                        let twin = dis
-                            .iter()
-                            .find(|q| q.dst_dim == e && q.link == p.link)
-                            .unwrap();
-                        assert_eq!(p.hops, twin.hops);
-                        assert_eq!(p.src_addr, twin.src_addr);
-                    }
+                }
+                for p in all.iter().filter(|p| !p.ends_on_own_nic()) {
+                    assert!(!differ.contains(&p.dst_dim));
+                    let e = (1..=n)
+                        .map(|i| (p.dst_dim + n - i) % n)
+                        .find(|g| differ.contains(g))
+                        .unwrap();
+                    let twin = dis
+                        .iter()
+                        .find(|q| q.dst_dim == e && q.link == p.link)
+                        .unwrap();
+                    assert_eq!(p.hops, twin.hops);
+                    assert_eq!(p.src_addr, twin.src_addr);
                 }
             }
         }
+    }
+
+    /// Every ordered pair of distinct hosts of `t`, with the dimensions in which they differ.
+    fn ordered_pairs(t: &Topology) -> Vec<(u32, u32, Vec<usize>)> {
+        let mut out = Vec::new();
+        for s in 0..t.hosts() {
+            for d in (0..t.hosts()).filter(|&d| d != s) {
+                let differ = (0..t.ndims())
+                    .filter(|&g| t.coord(s, g) != t.coord(d, g))
+                    .collect();
+                out.push((s, d, differ));
+            }
+        }
+        out
     }
 }
