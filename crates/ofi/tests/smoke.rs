@@ -26,18 +26,8 @@ fn c_smoke_program() {
         "{text}"
     );
     for av in ["map", "table"] {
-        let out = Command::new(&exe)
-            .arg(av)
-            .env("FI_PROVIDER_PATH", &dir)
-            .env("HX_JOB_SECRET", "42".repeat(32))
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "smoke {av} failed:\n{text}");
+        let (ok, text) = common::run_c(&exe, &dir, &[av], &"42".repeat(32));
+        assert!(ok, "smoke {av} failed:\n{text}");
         assert!(text.contains("smoke ok"), "{text}");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -3,23 +3,13 @@
 //! sizes), every byte checked.
 
 mod common;
-use std::process::Command;
 
 #[test]
 fn two_threads_on_one_domain() {
     let dir = common::provider_dir();
     let exe = common::compile_c(&dir, "threads");
-    let out = Command::new(&exe)
-        .env("FI_PROVIDER_PATH", &dir)
-        .env("HX_JOB_SECRET", "43".repeat(32))
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "threads failed:\n{text}");
+    let (ok, text) = common::run_c(&exe, &dir, &[], &"43".repeat(32));
+    assert!(ok, "threads failed:\n{text}");
     assert!(text.contains("threads ok"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -57,3 +57,21 @@ pub fn compile_c(dir: &Path, name: &str) -> PathBuf {
     );
     exe
 }
+
+/// Runs a compiled C test with the provider of `dir` and job secret `secret` (hex); returns
+/// whether it exited 0, and its stdout followed by its stderr.
+#[allow(dead_code)] // not every test binary runs a C program this way
+pub fn run_c(exe: &Path, dir: &Path, args: &[&str], secret: &str) -> (bool, String) {
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .env("FI_PROVIDER_PATH", dir)
+        .env("HX_JOB_SECRET", secret)
+        .output()
+        .expect("run the C test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
