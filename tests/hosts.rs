@@ -18,7 +18,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use util::skip::{need, need_root};
-use util::{hxcomm, no_process_with};
+use util::{build_pingpong, hxcomm, no_process_with};
 
 /// Variables of an outer launcher that must not leak into the jobs these tests start.
 const OUTER: [&str; 10] = [
@@ -496,52 +496,6 @@ fn hostfile(dir: &Path, lines: &str) -> String {
     let p = dir.join("hostfile");
     std::fs::write(&p, lines).unwrap();
     p.to_str().unwrap().to_owned()
-}
-
-/// Compiles examples/pingpong.c against libhxcomm (built here: cargo hands an integration test
-/// no cdylib).
-fn build_pingpong(dir: &Path) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let profile = profile_dir
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.current_dir(root)
-        .args(["build", "-p", "hxcomm-capi", "--lib", "--target-dir"])
-        .arg(profile_dir.parent().unwrap());
-    if profile == "release" {
-        cmd.arg("--release");
-    } else if profile != "debug" {
-        cmd.args(["--profile", &profile]);
-    }
-    assert!(
-        cmd.status().unwrap().success(),
-        "cargo build -p hxcomm-capi"
-    );
-    let out = dir.join("pingpong");
-    let cc = Command::new("cc")
-        .args(["-std=c99", "-O2", "-I"])
-        .arg(root.join("include"))
-        .arg(root.join("examples/pingpong.c"))
-        .arg("-L")
-        .arg(&profile_dir)
-        .arg("-lhxcomm")
-        .arg(format!("-Wl,-rpath,{}", profile_dir.display()))
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
-    out
 }
 
 /// As root, on a 3-host, 2-rail testbed through bench/netns-rsh: 6 ranks of validated random

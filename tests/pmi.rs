@@ -19,7 +19,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use util::skip::{need_root, need_tool};
-use util::{hxcomm, no_process_with};
+use util::{build_pingpong, hxcomm, no_process_with};
 
 const HYDRA: &str = "mpiexec.hydra";
 
@@ -350,7 +350,8 @@ fn a_bad_pmi_server_ends_the_rank_fast() {
 
 /// As root: four testbed hosts, one rank each, started by Hydra through its ssh launcher and the
 /// namespace agent, Hydra's proxies talking to mpiexec over the management network: the ranks
-/// leave that network out (two rails per peer, not three) and run validated random traffic.
+/// leave that network out (two rails per peer, not three) and run validated random traffic;
+/// then the C example (examples/pingpong.c, every byte checked) between two of the hosts.
 #[test]
 fn stress_under_hydra_on_the_testbed() {
     if !need_root() || !need_hydra() {
@@ -394,5 +395,32 @@ fn stress_under_hydra_on_the_testbed() {
         no_process_with(&format!("--seed {seed} "), Duration::from_secs(5)),
         "ranks left behind"
     );
+
+    // The C example (examples/pingpong.c) between the first and the last host, under Hydra.
+    let have_cc = util::skip::have("cc", &["--version"]);
+    if util::skip::need(
+        have_cc,
+        "C example: no C compiler (`cc`, apt-get install -y gcc)",
+    ) {
+        let dir = std::env::temp_dir().join(format!("hx-pmi-c-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = build_pingpong(&dir);
+        let names = tb.host_names();
+        let pair = format!("{},{}", names[0], names[names.len() - 1]);
+        let mut args = vec!["-launcher", "ssh", "-launcher-exec", agent];
+        args.extend(["-localhost", &mgmt, "-hosts", &pair, "-n", "2"]);
+        args.extend(["-prepend-rank", exe.to_str().unwrap(), "5"]);
+        let out = mpiexec(&args, &[]);
+        let all = text(&out);
+        assert!(out.status.success(), "{all}");
+        for want in [
+            "[0] rank 0: pingpong OK",
+            "[1] rank 1: pingpong OK",
+            "size  4194304:",
+        ] {
+            assert!(all.contains(want), "missing {want:?}: {all}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
     tb.down().unwrap();
 }

@@ -4,6 +4,8 @@
 
 pub mod skip;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub fn hxcomm() -> &'static str {
@@ -134,4 +136,50 @@ pub fn stress_summaries(
     let sent: u64 = lines.iter().map(|v| v["sent"].as_u64().unwrap()).sum();
     assert_eq!((sent, received), (messages, messages), "{text}");
     lines
+}
+
+/// Compiles examples/pingpong.c against libhxcomm (built here: cargo hands an integration test
+/// no cdylib).
+pub fn build_pingpong(dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let profile = profile_dir
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(root)
+        .args(["build", "-p", "hxcomm-capi", "--lib", "--target-dir"])
+        .arg(profile_dir.parent().unwrap());
+    if profile == "release" {
+        cmd.arg("--release");
+    } else if profile != "debug" {
+        cmd.args(["--profile", &profile]);
+    }
+    assert!(
+        cmd.status().unwrap().success(),
+        "cargo build -p hxcomm-capi"
+    );
+    let out = dir.join("pingpong");
+    let cc = Command::new("cc")
+        .args(["-std=c99", "-O2", "-I"])
+        .arg(root.join("include"))
+        .arg(root.join("examples/pingpong.c"))
+        .arg("-L")
+        .arg(&profile_dir)
+        .arg("-lhxcomm")
+        .arg(format!("-Wl,-rpath,{}", profile_dir.display()))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    out
 }
