@@ -3,7 +3,10 @@
 //! random-traffic test for any number of ranks.
 
 mod alltoall;
+mod cg;
+mod coll;
 mod compare;
+mod is;
 mod p2p;
 mod pattern;
 mod stress;
@@ -31,6 +34,10 @@ pub enum Which {
     Alltoall(alltoall::AlltoallOpts),
     /// hxcomm beside iperf3, sockperf and (--mpi) Open MPI and MPICH over the same testbed rails (root).
     Compare(compare::CompareOpts),
+    /// Integer sort in the manner of NAS IS (allreduce, all-to-all with varying sizes), checked.
+    Is(is::IsOpts),
+    /// Conjugate gradient on a 2D Laplacian plus shift (halo exchanges, allreduces), checked.
+    Cg(cg::CgOpts),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -68,6 +75,8 @@ pub fn run(args: BenchArgs) -> i32 {
         Which::Stress(o) => stress::run(&o),
         Which::Alltoall(o) => alltoall::run(&o),
         Which::Compare(o) => compare::run(&o),
+        Which::Is(o) => is::run(&o),
+        Which::Cg(o) => cg::run(&o),
     };
     match result {
         Ok(()) => 0,
