@@ -208,6 +208,7 @@ impl Engine {
             setup::routes(
                 &self.addr,
                 &self.devices,
+                self.place.as_ref(),
                 addr,
                 self.settings.loopback_rails,
             )?

@@ -67,6 +67,8 @@ pub struct Engine {
     pub(crate) addr: Address,
     /// Device names of `addr.rails`, in the same order.
     pub(crate) devices: Vec<String>,
+    /// This host's place in the hyper-crossbar, with HX_TOPOLOGY.
+    pub(crate) place: Option<setup::Place>,
     /// Accept connections from processes not introduced by `insert` or the bootstrap.
     pub(crate) open_to_unknown: bool,
     pub(crate) poller: Poller,
@@ -121,6 +123,7 @@ fn random_instance() -> Result<u64, Error> {
 /// of them); a few tries with fresh ports if one is taken on some interface.
 fn listen_everywhere(
     rails: &[hx_transport::ifaces::Iface],
+    bind_devices: bool,
 ) -> Result<(u16, Vec<(TcpListener, String)>), Error> {
     let mut last = None;
     for _ in 0..16 {
@@ -129,7 +132,8 @@ fn listen_everywhere(
         let mut all = vec![(lo, "lo".to_string())];
         let mut ok = true;
         for iface in rails {
-            match tcp::listen(iface.addr, Some(&iface.name), port) {
+            let device = bind_devices.then_some(iface.name.as_str());
+            match tcp::listen(iface.addr, device, port) {
                 Ok(l) => all.push((l, iface.name.clone())),
                 Err(e) if e.kind() == ErrorKind::AddrInUse => {
                     last = Some(e);
@@ -201,16 +205,33 @@ impl Engine {
             rails: Vec::new(),
         };
         let mut devices = Vec::new();
+        let mut place = None;
         let mut shm_listener = None;
         if networked {
-            let rails = setup::rail_interfaces(&settings, mgmt)?;
-            if rails.len() > ADDRESS_MAX_RAILS {
-                warn!(
-                    "{} rail interfaces; an address describes {ADDRESS_MAX_RAILS}, the others are not used",
-                    rails.len()
-                );
-            }
-            let (port, ls) = listen_everywhere(&rails[..rails.len().min(ADDRESS_MAX_RAILS)])?;
+            let rails = match &settings.topology {
+                Some(t) => {
+                    let (p, rails) = setup::topology_interfaces(t, mgmt)?;
+                    place = Some(p);
+                    rails
+                }
+                None => setup::rail_interfaces(&settings, mgmt)?,
+            };
+            // On a topology the peers know every NIC from the plan (the address names the
+            // first ones, enough to place the host); otherwise unnamed rails go unused.
+            let listen_on = if place.is_some() {
+                &rails[..]
+            } else {
+                if rails.len() > ADDRESS_MAX_RAILS {
+                    warn!(
+                        "{} rail interfaces; an address describes {ADDRESS_MAX_RAILS}, the others are not used",
+                        rails.len()
+                    );
+                }
+                &rails[..rails.len().min(ADDRESS_MAX_RAILS)]
+            };
+            // Relayed paths bring a connection in on one NIC and take its replies out by
+            // another: listeners on a topology are not bound to devices.
+            let (port, ls) = listen_everywhere(listen_on, place.is_none())?;
             addr.port = port;
             listeners = ls;
             for iface in rails.iter().take(ADDRESS_MAX_RAILS) {
@@ -244,6 +265,7 @@ impl Engine {
             by_instance: HashMap::new(),
             addr,
             devices,
+            place,
             open_to_unknown: false,
             poller,
             kick,

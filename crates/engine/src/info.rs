@@ -18,6 +18,16 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     ("RAILS", "all", "use only these interfaces, by name"),
     (
+        "TOPOLOGY",
+        "none",
+        "hyper-crossbar this host is part of (hxb:2x2x2): peers over its disjoint relayed paths",
+    ),
+    (
+        "LINKS_PER_DIM",
+        "1",
+        "with HX_TOPOLOGY: links (NICs) per host and dimension",
+    ),
+    (
         "TRANSPORTS",
         "shm,tcp",
         "shm,tcp: same-host peers use shared memory; tcp: the network path",

@@ -13,6 +13,9 @@ pub struct Settings {
     pub protocol: Config,
     /// HX_RAILS: use only these interfaces (by name).
     pub rails: Option<Vec<String>>,
+    /// HX_TOPOLOGY and HX_LINKS_PER_DIM: the hyper-crossbar this host is part of; peers are
+    /// reached over the topology's disjoint paths, relayed by other hosts' kernels.
+    pub topology: Option<hx_topology::Topology>,
     /// HX_LOOPBACK_RAILS: connections per peer between ranks on the same host.
     pub loopback_rails: usize,
     /// HX_SPIN_US: how long to poll before sleeping in epoll.
@@ -111,6 +114,14 @@ impl Settings {
                 .filter(|s| !s.is_empty())
                 .collect::<Vec<_>>()
         });
+        let topology = topology(var)?;
+        if topology.is_some() && rails.is_some() {
+            return Err(Error::Config(
+                "HX_RAILS and HX_TOPOLOGY exclude each other: with a topology every NIC it \
+                 names carries paths"
+                    .into(),
+            ));
+        }
         let loopback_rails: usize = num(var, "HX_LOOPBACK_RAILS", 1)?;
         if loopback_rails == 0 || loopback_rails > 64 {
             return Err(Error::Config(format!(
@@ -128,6 +139,7 @@ impl Settings {
         Ok(Settings {
             protocol,
             rails,
+            topology,
             loopback_rails,
             spin: Duration::from_micros(num(var, "HX_SPIN_US", 200u64)?),
             yield_while_spinning,
@@ -144,6 +156,22 @@ impl Settings {
             },
         })
     }
+}
+
+fn topology(var: Lookup) -> Result<Option<hx_topology::Topology>, Error> {
+    let links = var("HX_LINKS_PER_DIM");
+    let Some(spec) = var("HX_TOPOLOGY") else {
+        return match links {
+            None => Ok(None),
+            Some(l) => Err(Error::Config(format!(
+                "HX_LINKS_PER_DIM={l} without HX_TOPOLOGY: set both (e.g. HX_TOPOLOGY=hxb:2x2x2)"
+            ))),
+        };
+    };
+    let links: u32 = num(var, "HX_LINKS_PER_DIM", 1)?;
+    hx_topology::Topology::parse(spec.trim(), links)
+        .map(Some)
+        .map_err(|e| Error::Config(format!("HX_TOPOLOGY={spec}, HX_LINKS_PER_DIM={links}: {e}")))
 }
 
 fn transports(var: Lookup) -> Result<bool, Error> {

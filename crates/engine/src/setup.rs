@@ -3,9 +3,16 @@
 //! uses the rails whose subnets they share, numbered in subnet order so that both sides agree on
 //! the numbering without talking. Processes on the same host use `HX_LOOPBACK_RAILS` loopback
 //! connections (or shared memory).
+//!
+//! On a hyper-crossbar (`HX_TOPOLOGY`) a pair uses the topology's disjoint paths instead, one
+//! rail each, most of them relayed by other hosts' kernels: both sides number them as the paths
+//! from the lower-numbered host to the higher one, so a rail is the same TCP 4-tuple whichever
+//! side connects it (lower host: its path's source address, higher host: the path's
+//! destination address).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
+use hx_topology::Topology;
 use hx_transport::ifaces::{self, Iface};
 use hx_wire::Address;
 
@@ -106,7 +113,216 @@ pub(crate) fn rail_interfaces(
     }
     rails.sort_by_key(|i| (i.network(), i.name.clone()));
     rails.dedup_by_key(|i| i.network());
+    if let Some(i) = rails.iter().find(|i| hxb_nic_name(&i.name)) {
+        // Without the topology only the hosts of one line would share a subnet: the rest
+        // would find no rail in common, and line neighbours would use one dimension's NICs.
+        return Err(Error::Config(format!(
+            "interface {} ({}/{}) is named like a hyper-crossbar NIC (x<dimension>l<link>): \
+             set HX_TOPOLOGY (and HX_LINKS_PER_DIM) to the topology, e.g. HX_TOPOLOGY=hxb:2x2x2 \
+             HX_LINKS_PER_DIM=2, so that peers are reached over its relayed paths",
+            i.name, i.addr, i.prefix
+        )));
+    }
     Ok(rails)
+}
+
+/// `x<digits>l<digits>`: hx-topology's name for a NIC of a multi-dimensional hyper-crossbar.
+fn hxb_nic_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('x') else {
+        return false;
+    };
+    let Some((d, l)) = rest.split_once('l') else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    digits(d) && digits(l)
+}
+
+/// This host's place in a hyper-crossbar (`HX_TOPOLOGY`): which host of the topology it is
+/// and the interface holding each of its addresses.
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    pub topo: Topology,
+    pub host: u32,
+    /// (address, interface) for every address the plan gives this host, in plan order.
+    pub nics: Vec<(Ipv4Addr, String)>,
+}
+
+impl Place {
+    fn nic(&self, ip: Ipv4Addr) -> Option<&str> {
+        self.nics
+            .iter()
+            .find(|(a, _)| *a == ip)
+            .map(|(_, n)| n.as_str())
+    }
+
+    fn describe(&self) -> String {
+        describe_topology(&self.topo)
+    }
+}
+
+fn describe_topology(t: &Topology) -> String {
+    format!(
+        "HX_TOPOLOGY={} with {} link(s) per dimension",
+        t.spec(),
+        t.links_per_dim()
+    )
+}
+
+/// Which host of `topo` this is, found from the interfaces' addresses, and its NICs in plan
+/// order; every address the plan gives it must be on an interface that is up, with the plan's
+/// prefix. Anything else is an error saying what is missing (no fallback to fewer paths).
+pub(crate) fn topology_interfaces(
+    topo: &Topology,
+    bootstrap_ip: Option<Ipv4Addr>,
+) -> Result<(Place, Vec<Iface>), Error> {
+    let all = ifaces::list().map_err(crate::error::io_err("listing interfaces"))?;
+    let all: Vec<Iface> = all
+        .into_iter()
+        .filter(|i| !i.loopback && !i.addr.is_loopback())
+        .filter(|i| bootstrap_ip.is_none_or(|b| !i.contains(b)))
+        .collect();
+    place_in(topo, &all)
+}
+
+/// [`topology_interfaces`] on a given list of interfaces.
+pub(crate) fn place_in(topo: &Topology, all: &[Iface]) -> Result<(Place, Vec<Iface>), Error> {
+    let what = describe_topology(topo);
+    let mut hosts: Vec<(u32, &Iface)> = all
+        .iter()
+        .filter_map(|i| topo.locate(i.addr).map(|(h, _, _)| (h, i)))
+        .collect();
+    hosts.sort_by_key(|(h, _)| *h);
+    let Some(&(host, _)) = hosts.first() else {
+        let have: Vec<String> = all
+            .iter()
+            .map(|i| format!("{} {}/{}", i.name, i.addr, i.prefix))
+            .collect();
+        return Err(Error::Config(format!(
+            "{what}: no interface here has an address of its plan (have: {}); \
+             `hxcomm topo show` prints the plan",
+            if have.is_empty() {
+                "none".to_string()
+            } else {
+                have.join(", ")
+            }
+        )));
+    };
+    if let Some((other, i)) = hosts.iter().find(|(h, _)| *h != host) {
+        return Err(Error::Config(format!(
+            "{what}: this machine has addresses of two hosts of the topology: host {host} \
+             and host {other} ({} on {})",
+            i.addr, i.name
+        )));
+    }
+    let plan = topo
+        .addresses(host)
+        .map_err(|e| Error::Config(format!("{what}: {e}")))?;
+    let mut nics = Vec::with_capacity(plan.len());
+    let mut rails = Vec::with_capacity(plan.len());
+    for a in &plan {
+        let found = all.iter().find(|i| i.addr == a.ip);
+        let problem = match found {
+            None => Some("no interface has it".to_string()),
+            Some(i) if i.prefix != a.prefix => Some(format!(
+                "{} has it with prefix /{} instead of /{}",
+                i.name, i.prefix, a.prefix
+            )),
+            Some(i) if !i.up => Some(format!("{} is down", i.name)),
+            Some(_) => None,
+        };
+        if let Some(p) = problem {
+            return Err(Error::Config(format!(
+                "{what}: this is host {host} {:?}, whose NIC of dimension {} link {} (named {} \
+                 by the plan) should have {}/{}, but {p}; `hxcomm topo check` lists everything \
+                 that differs",
+                topo.coords(host).unwrap_or_default(),
+                a.dim,
+                a.link,
+                a.iface,
+                a.ip,
+                a.prefix
+            )));
+        }
+        let i = found.expect("checked above");
+        nics.push((a.ip, i.name.clone()));
+        rails.push(i.clone());
+    }
+    Ok((
+        Place {
+            topo: topo.clone(),
+            host,
+            nics,
+        },
+        rails,
+    ))
+}
+
+/// The rails to `peer` on a hyper-crossbar: one per disjoint path between the two hosts.
+fn topology_routes(place: &Place, peer: &Address) -> Result<Vec<Route>, Error> {
+    let t = &place.topo;
+    let what = || place.describe();
+    let Some(first) = peer.rails.first() else {
+        return Err(Error::Setup(format!(
+            "{peer} has no rail address; with {} every process needs the topology's NICs",
+            what()
+        )));
+    };
+    let Some((host, _, _)) = t.locate(first.ip) else {
+        return Err(Error::Setup(format!(
+            "{peer}: its address {} is not in the plan of {} (does it run with another \
+             HX_TOPOLOGY, or none?)",
+            first.ip,
+            what()
+        )));
+    };
+    let plan = t
+        .addresses(host)
+        .map_err(|e| Error::Setup(format!("{peer}: {e}")))?;
+    for (i, r) in peer.rails.iter().enumerate() {
+        if plan
+            .get(i)
+            .is_none_or(|a| a.ip != r.ip || a.prefix != r.prefix)
+        {
+            return Err(Error::Setup(format!(
+                "{peer}: its addresses are not those {} gives host {host} (address {i}: {}/{}; \
+                 does it run with another topology?)",
+                what(),
+                r.ip,
+                r.prefix
+            )));
+        }
+    }
+    if host == place.host {
+        return Err(Error::Setup(format!(
+            "{peer} is host {host} of the topology, as this process is, but on another host \
+             (two machines or namespaces with the same addresses?)"
+        )));
+    }
+    let (lo, hi) = (place.host.min(host), place.host.max(host));
+    let paths = t
+        .disjoint_paths(lo, hi)
+        .map_err(|e| Error::Setup(format!("paths to {peer}: {e}")))?;
+    let i_am_lo = place.host == lo;
+    Ok(paths
+        .iter()
+        .map(|p| {
+            // The lower host connects from the path's source (its first hop's NIC, on which
+            // the replies arrive too, so it may bind the device); the higher one from the
+            // destination address, unbound: its traffic back leaves by its own routes.
+            let (local, remote, device) = if i_am_lo {
+                (p.src_addr, p.dst_addr, place.nic(p.src_addr))
+            } else {
+                (p.dst_addr, p.src_addr, None)
+            };
+            Route {
+                local,
+                device: device.map(str::to_string),
+                remote: SocketAddr::V4(SocketAddrV4::new(remote, peer.port)),
+                label: format!("{}:{}h", place.nic(local).unwrap_or("?"), p.hop_count()),
+            }
+        })
+        .collect())
 }
 
 /// A 64-bit key for "this host" as shared memory sees it (boot id and network namespace); two
@@ -123,6 +339,7 @@ pub(crate) fn host_hash() -> u64 {
 pub(crate) fn routes(
     me: &Address,
     my_devices: &[String],
+    place: Option<&Place>,
     peer: &Address,
     loopback_rails: usize,
 ) -> Result<Vec<Route>, Error> {
@@ -135,6 +352,9 @@ pub(crate) fn routes(
                 label: format!("lo#{i}"),
             })
             .collect());
+    }
+    if let Some(place) = place {
+        return topology_routes(place, peer);
     }
     let mut out = Vec::new();
     for (i, mine) in me.rails.iter().enumerate() {
@@ -210,14 +430,171 @@ mod tests {
         let a = addr(1, &[[10, 9, 9, 1], [10, 10, 0, 1], [10, 10, 1, 1]]);
         let devs: Vec<String> = ["x", "r0", "r1"].iter().map(|s| s.to_string()).collect();
         let b = addr(2, &[[10, 10, 0, 2], [10, 10, 1, 2]]);
-        let r = routes(&a, &devs, &b, 1).unwrap();
+        let r = routes(&a, &devs, None, &b, 1).unwrap();
         assert_eq!(r.len(), 2);
         assert_eq!(r[0].remote, "10.10.0.2:2000".parse().unwrap());
         assert_eq!(r[1].device.as_deref(), Some("r1"));
         assert_eq!(r[1].label, "r1");
-        let lo = routes(&a, &devs, &addr(1, &[]), 3).unwrap();
+        let lo = routes(&a, &devs, None, &addr(1, &[]), 3).unwrap();
         assert_eq!(lo.len(), 3);
         assert_eq!(lo[2].remote, "127.0.0.1:2000".parse().unwrap());
-        assert!(routes(&a, &devs, &addr(3, &[[192, 0, 2, 1]]), 1).is_err());
+        assert!(routes(&a, &devs, None, &addr(3, &[[192, 0, 2, 1]]), 1).is_err());
+    }
+}
+
+#[cfg(test)]
+mod topology_tests {
+    use super::*;
+    use hx_wire::RailIp;
+
+    fn ifaces_of(t: &Topology, host: u32) -> Vec<Iface> {
+        t.addresses(host)
+            .unwrap()
+            .into_iter()
+            .map(|a| Iface {
+                name: a.iface,
+                addr: a.ip,
+                prefix: a.prefix,
+                up: true,
+                loopback: false,
+            })
+            .collect()
+    }
+
+    fn address_of(t: &Topology, host: u32, port: u16) -> Address {
+        Address {
+            flags: 0,
+            ep: 0,
+            instance: 100 + u64::from(host),
+            host: 1000 + u64::from(host),
+            pid: 0,
+            port,
+            rails: t
+                .addresses(host)
+                .unwrap()
+                .into_iter()
+                .take(hx_wire::ADDRESS_MAX_RAILS)
+                .map(|a| RailIp {
+                    ip: a.ip,
+                    prefix: a.prefix,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn both_ends_of_every_pair_agree_on_each_rail() {
+        for (spec, links) in [("hxb:2x2x2", 2), ("hxb:3x3x2", 1), ("hxb:4", 3)] {
+            let t = Topology::parse(spec, links).unwrap();
+            for a in 0..t.hosts() {
+                for b in 0..t.hosts() {
+                    if a == b {
+                        continue;
+                    }
+                    let (pa, _) = place_in(&t, &ifaces_of(&t, a)).unwrap();
+                    let (pb, _) = place_in(&t, &ifaces_of(&t, b)).unwrap();
+                    assert_eq!((pa.host, pb.host), (a, b));
+                    let (aa, ab) = (address_of(&t, a, 4000), address_of(&t, b, 5000));
+                    let ra = routes(&aa, &[], Some(&pa), &ab, 1).unwrap();
+                    let rb = routes(&ab, &[], Some(&pb), &aa, 1).unwrap();
+                    let differing = (0..t.ndims())
+                        .filter(|&d| t.coords(a).unwrap()[d] != t.coords(b).unwrap()[d])
+                        .count();
+                    assert_eq!(ra.len(), differing * links as usize, "{spec} {a}->{b}");
+                    assert_eq!(ra.len(), rb.len());
+                    for (x, y) in ra.iter().zip(&rb) {
+                        // One 4-tuple whichever side connects.
+                        assert_eq!(x.remote, SocketAddr::V4(SocketAddrV4::new(y.local, 5000)));
+                        assert_eq!(y.remote, SocketAddr::V4(SocketAddrV4::new(x.local, 4000)));
+                        // Only the lower host binds a device: its path's first NIC.
+                        let (low, high) = if a < b { (x, y) } else { (y, x) };
+                        assert!(high.device.is_none());
+                        let dev = low.device.as_deref().unwrap();
+                        assert_eq!(pa.nic(low.local).or(pb.nic(low.local)), Some(dev));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn corners_of_2x2x2_get_six_paths_of_three_hops() {
+        let t = Topology::parse("hxb:2x2x2", 2).unwrap();
+        let (p0, rails) = place_in(&t, &ifaces_of(&t, 0)).unwrap();
+        assert_eq!(rails.len(), 6);
+        let r = routes(
+            &address_of(&t, 0, 1),
+            &[],
+            Some(&p0),
+            &address_of(&t, 7, 2),
+            1,
+        )
+        .unwrap();
+        assert_eq!(r.len(), 6);
+        assert!(r.iter().all(|r| r.label.ends_with(":3h")), "{r:?}");
+        let mut locals: Vec<_> = r.iter().map(|r| r.local).collect();
+        locals.sort();
+        locals.dedup();
+        assert_eq!(locals.len(), 6, "each path leaves by its own NIC");
+    }
+
+    #[test]
+    fn what_does_not_match_the_topology_is_an_error() {
+        let t = Topology::parse("hxb:2x2x2", 2).unwrap();
+        let msg = |r: Result<(Place, Vec<Iface>), Error>| r.unwrap_err().to_string();
+        // A missing NIC, a NIC down, a wrong prefix.
+        let mut v = ifaces_of(&t, 3);
+        v.remove(4);
+        let m = msg(place_in(&t, &v));
+        assert!(
+            m.contains("dimension 2 link 0") && m.contains("no interface"),
+            "{m}"
+        );
+        let mut v = ifaces_of(&t, 3);
+        v[1].up = false;
+        assert!(msg(place_in(&t, &v)).contains("x0l1 is down"));
+        let mut v = ifaces_of(&t, 3);
+        v[0].prefix = 24;
+        assert!(msg(place_in(&t, &v)).contains("prefix /24 instead of /27"));
+        // Addresses of two hosts; none of the plan.
+        let mut v = ifaces_of(&t, 3);
+        v.push(ifaces_of(&t, 5)[0].clone());
+        assert!(msg(place_in(&t, &v)).contains("host 3 and host 5"));
+        let eth = Iface {
+            name: "eth0".into(),
+            addr: Ipv4Addr::new(192, 0, 2, 1),
+            prefix: 24,
+            up: true,
+            loopback: false,
+        };
+        assert!(msg(place_in(&t, &[eth])).contains("no interface here has an address"));
+        // A peer outside the plan, or claiming this very host.
+        let (p3, _) = place_in(&t, &ifaces_of(&t, 3)).unwrap();
+        let me = address_of(&t, 3, 1);
+        let mut stranger = address_of(&t, 4, 2);
+        stranger.rails[0].ip = Ipv4Addr::new(10, 9, 0, 1);
+        let m = routes(&me, &[], Some(&p3), &stranger, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(m.contains("not in the plan"), "{m}");
+        let mut twin = address_of(&t, 3, 2);
+        twin.host = 9999;
+        let m = routes(&me, &[], Some(&p3), &twin, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(m.contains("as this process is"), "{m}");
+        let mut mixed = address_of(&t, 4, 2);
+        mixed.rails[2].ip = t.addresses(5).unwrap()[2].ip;
+        let m = routes(&me, &[], Some(&p3), &mixed, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(m.contains("not those"), "{m}");
+    }
+
+    #[test]
+    fn hyper_crossbar_nic_names_without_a_topology_are_refused() {
+        assert!(hxb_nic_name("x0l1") && hxb_nic_name("x12l3"));
+        assert!(!hxb_nic_name("xl1") && !hxb_nic_name("x0l") && !hxb_nic_name("eth0"));
+        assert!(!hxb_nic_name("r0") && !hxb_nic_name("x0y1"));
     }
 }

@@ -48,6 +48,10 @@ pub struct RunArgs {
     /// With --net: put K consecutive ranks on each host (rank i on host i / K).
     #[arg(long, value_name = "K")]
     pub ranks_per_host: Option<u32>,
+    /// With --net: use only these testbed hosts, in this order (e.g. `0,7`: opposite corners
+    /// of a 2x2x2 hyper-crossbar); rank i goes to the (i mod count)-th of them.
+    #[arg(long, value_name = "H,H,...", value_delimiter = ',')]
+    pub net_hosts: Option<Vec<u32>>,
     /// Rail scheduling policy for the ranks (HX_POLICY).
     #[arg(long, value_name = "P", value_parser = POLICIES)]
     pub policy: Option<String>,
@@ -96,6 +100,7 @@ impl RunArgs {
             net: false,
             name: "hx".into(),
             ranks_per_host: None,
+            net_hosts: None,
             policy: None,
             tag_output: false,
             env: Vec::new(),

@@ -136,11 +136,26 @@ pub fn plan(args: &RunArgs) -> Result<Plan, PlanError> {
                 "hxcomm run --net needs root (ranks are started with `ip netns exec`)",
             ));
         }
-        let p = place(args.ranks, hosts, args.ranks_per_host, Some(&args.name))?;
+        let p = match &args.net_hosts {
+            None => place(args.ranks, hosts, args.ranks_per_host, Some(&args.name))?,
+            Some(list) => {
+                check_net_hosts(list, hosts, &args.name)?;
+                let mut p = place(args.ranks, list.len() as u32, args.ranks_per_host, None)?;
+                for pl in &mut p {
+                    pl.host = list[pl.host as usize];
+                    pl.netns = Some(format!("{}{}", args.name, pl.host));
+                }
+                p
+            }
+        };
+        env.extend(testbed_topology_env(&args.name, &env));
         (IpAddr::V4(bind), p)
     } else {
         if args.ranks_per_host.is_some() {
             return Err(usage("--ranks-per-host needs --net"));
+        }
+        if args.net_hosts.is_some() {
+            return Err(usage("--net-hosts needs --net"));
         }
         let p = place(args.ranks, 1, None, None)?;
         (IpAddr::V4(Ipv4Addr::LOCALHOST), p)
@@ -176,6 +191,11 @@ fn plan_remote(args: &RunArgs, prog: &str) -> Result<(IpAddr, Remote), PlanError
     if args.ranks_per_host.is_some() {
         return Err(usage(
             "--ranks-per-host is for --net; give slots with --hosts a:4 or `host slots=4` in the hostfile",
+        ));
+    }
+    if args.net_hosts.is_some() {
+        return Err(usage(
+            "--net-hosts is for --net; with --hosts/--hostfile list the hosts there",
         ));
     }
     let hosts = match (&args.hosts, &args.hostfile) {
@@ -315,6 +335,43 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// `--net-hosts`: each a host of the testbed, none twice.
+fn check_net_hosts(list: &[u32], hosts: u32, prefix: &str) -> Result<(), PlanError> {
+    if list.is_empty() {
+        return Err(usage("--net-hosts: no host given"));
+    }
+    for (i, &h) in list.iter().enumerate() {
+        if h >= hosts {
+            return Err(usage(format!(
+                "--net-hosts: testbed {prefix} has hosts 0 to {} ({prefix}0..{prefix}{}), not {h}",
+                hosts - 1,
+                hosts - 1
+            )));
+        }
+        if list[..i].contains(&h) {
+            return Err(usage(format!("--net-hosts: host {h} given twice")));
+        }
+    }
+    Ok(())
+}
+
+/// HX_TOPOLOGY and HX_LINKS_PER_DIM for the ranks of a hyper-crossbar testbed, from its
+/// record, unless the user set HX_TOPOLOGY (here or with --env). A flat testbed needs none.
+fn testbed_topology_env(prefix: &str, env: &[(String, String)]) -> Vec<(String, String)> {
+    let user_set =
+        std::env::var_os("HX_TOPOLOGY").is_some() || env.iter().any(|(k, _)| k == "HX_TOPOLOGY");
+    match hx_testbed::info(prefix) {
+        Ok(Some(info)) if info.topology.ndims() > 1 && !user_set => vec![
+            ("HX_TOPOLOGY".to_owned(), info.topology.spec()),
+            (
+                "HX_LINKS_PER_DIM".to_owned(),
+                info.topology.links_per_dim().to_string(),
+            ),
+        ],
+        _ => Vec::new(),
+    }
+}
+
 fn no_testbed(prefix: &str) -> PlanError {
     usage(format!(
         "hxcomm run --net: no testbed namespaces named {prefix}0, {prefix}1, ...; bring one up with `hxcomm net up --hosts 2 --rails 4` (needs root)"
@@ -441,6 +498,20 @@ mod tests {
         let mut a = RunArgs::new(2, ["sh"]);
         a.ranks_per_host = Some(1);
         assert!(plan(&a).is_err());
+        let mut a = RunArgs::new(2, ["sh"]);
+        a.net_hosts = Some(vec![0, 7]);
+        assert!(plan(&a)
+            .unwrap_err()
+            .msg
+            .contains("--net-hosts needs --net"));
+        assert!(check_net_hosts(&[0, 7], 8, "hq").is_ok());
+        let e = check_net_hosts(&[0, 8], 8, "hq").unwrap_err().msg;
+        assert!(e.contains("hosts 0 to 7") && e.contains("not 8"), "{e}");
+        assert!(check_net_hosts(&[3, 3], 8, "hq")
+            .unwrap_err()
+            .msg
+            .contains("host 3 given twice"));
+        assert!(check_net_hosts(&[], 8, "hq").is_err());
         let mut a = RunArgs::new(2, ["sh"]);
         a.policy = Some("stripe".into());
         a.env = vec!["A=b=c".into()];
