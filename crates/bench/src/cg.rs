@@ -261,6 +261,10 @@ pub fn kernel<T: Transport>(c: &mut Coll<T>, p: &Problem) -> Result<Report, Stri
         exchange_halo(c, &mut ph)?;
         matvec(&ph, p.shift, &mut q);
         let pq = global_dot(c, ph.inner(), &q)?;
+        // Converged to the last bit (the same on every rank): another step would divide by 0.
+        if !(pq > 0.0 && rr > 0.0) {
+            break;
+        }
         let alpha = rr / pq;
         for ((xi, ri), (pi, qi)) in x
             .iter_mut()
@@ -333,7 +337,7 @@ pub fn kernel<T: Transport>(c: &mut Coll<T>, p: &Problem) -> Result<Report, Stri
     } else {
         None
     };
-    let per = |s: f64| s / done as f64;
+    let per = |s: f64| s / done.max(1) as f64;
     Ok(Report {
         problem: *p,
         ranks: n,
@@ -402,6 +406,8 @@ impl Report {
 }
 
 pub fn run(o: &CgOpts) -> Result<(), String> {
+    // What does not depend on the rank count is checked before joining the job.
+    Problem::from_opts(o, 1)?;
     let e = Engine::init().map_err(|e| e.to_string())?;
     let p = Problem::from_opts(o, e.size())?;
     let mut c = Coll::new(EngineTransport::new(e, EP)?);
