@@ -1,7 +1,9 @@
-//! `hxcomm topo routes|show`: the plan and one host's configuration as text.
+//! `hxcomm topo routes|show|check`: the plan and one host's configuration as text, and whether
+//! this host has that configuration.
 
 use clap::{Args, Subcommand};
 
+use crate::check::{check, Report};
 use crate::Topology;
 
 /// `hxcomm topo`.
@@ -12,7 +14,7 @@ pub struct TopoArgs {
     pub command: TopoCommand,
 }
 
-/// `hxcomm topo routes|show`.
+/// `hxcomm topo routes|show|check`.
 #[derive(Subcommand, Debug)]
 pub enum TopoCommand {
     /// Print the commands (ip link/addr, sysctl, ip route; one per line, ready for a shell)
@@ -20,6 +22,11 @@ pub enum TopoCommand {
     Routes(RoutesArgs),
     /// Print the plan: hosts with coordinates and addresses, interfaces, subnets.
     Show(SpecArgs),
+    /// Check this host (or the network namespace this runs in) against the plan: its NIC
+    /// addresses, the routes of `topo routes` in the main table, the sysctls. Prints `OK: ...`
+    /// or one line per problem with the command that fixes it; exit code 0 when all is well,
+    /// 1 when there are problems, 2 on bad usage or when the host cannot be read.
+    Check(CheckArgs),
 }
 
 /// The topology.
@@ -44,11 +51,26 @@ pub struct RoutesArgs {
     pub host: u32,
 }
 
+/// `hxcomm topo check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    /// The topology.
+    pub spec: SpecArgs,
+    /// The host this should be; by default the one whose addresses the interfaces have.
+    #[arg(long)]
+    pub host: Option<u32>,
+    /// Print one JSON object (`ok`, `host`, `coords`, counts, `problems` as an array).
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Runs `hxcomm topo`; the exit code.
 pub fn run(args: TopoArgs) -> i32 {
     let spec = match &args.command {
         TopoCommand::Routes(a) => &a.spec,
         TopoCommand::Show(a) => a,
+        TopoCommand::Check(a) => &a.spec,
     };
     let topo = match Topology::parse(&spec.topology, spec.links_per_dim) {
         Ok(t) => t,
@@ -60,6 +82,7 @@ pub fn run(args: TopoArgs) -> i32 {
     let text = match &args.command {
         TopoCommand::Routes(a) => topo.host_commands(a.host).map(|v| v.join("\n") + "\n"),
         TopoCommand::Show(_) => Ok(show(&topo)),
+        TopoCommand::Check(a) => return run_check(&topo, a),
     };
     match text {
         Ok(t) => {
@@ -71,6 +94,133 @@ pub fn run(args: TopoArgs) -> i32 {
             2
         }
     }
+}
+
+/// `hxcomm topo check`: reads this host, compares, prints; the exit code.
+fn run_check(topo: &Topology, args: &CheckArgs) -> i32 {
+    let (seen, warnings) = match crate::observe::observe() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("hxcomm topo check: {e}");
+            return 2;
+        }
+    };
+    let report = match check(topo, args.host, &seen) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hxcomm topo check: {e}");
+            return 2;
+        }
+    };
+    if args.json {
+        println!("{}", report_json(topo, &report, &warnings));
+    } else {
+        for w in &warnings {
+            eprintln!("hxcomm topo check: {w}");
+        }
+        print!("{}", report_text(topo, &report));
+    }
+    if report.ok() {
+        0
+    } else {
+        1
+    }
+}
+
+/// `hxb:2x2x2 x 2`, and `host 3 (0,1,1) of ` before it when the host is known.
+fn subject(t: &Topology, r: &Report) -> String {
+    let spec = format!("{} x {}", t.spec(), t.links_per_dim());
+    match r.host {
+        Some(h) => {
+            let c: Vec<String> = r.coords.iter().map(|c| c.to_string()).collect();
+            format!("host {h} ({}) of {spec}", c.join(","))
+        }
+        None => spec,
+    }
+}
+
+/// `OK: host 0 (0,0,0) of hxb:2x2x2 x 2: 6 NICs, 12 routes, 11 sysctls`, or a header and one
+/// line per problem (`what; fix: command`); notes after either, as `note: ...`.
+pub fn report_text(t: &Topology, r: &Report) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let errors = r.errors();
+    if errors == 0 {
+        let _ = writeln!(
+            s,
+            "OK: {}: {} NICs, {} routes, {} sysctls",
+            subject(t, r),
+            r.nics,
+            r.routes,
+            r.sysctls
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "{}: {errors} problem{}",
+            subject(t, r),
+            if errors == 1 { "" } else { "s" }
+        );
+    }
+    for p in r.problems.iter().filter(|p| !p.kind.is_note()) {
+        let _ = writeln!(s, "  {p}");
+    }
+    for p in r.problems.iter().filter(|p| p.kind.is_note()) {
+        let _ = writeln!(s, "  {p}");
+    }
+    s
+}
+
+/// The report as one JSON object: `ok`, `topology`, `links_per_dim`, `host` (or null),
+/// `coords`, `nics`, `routes`, `sysctls`, `problems` (each `kind`, `note`, `what`, `fix` or
+/// null) and `warnings`.
+pub fn report_json(t: &Topology, r: &Report, warnings: &[String]) -> String {
+    let problems: Vec<String> = r
+        .problems
+        .iter()
+        .map(|p| {
+            format!(
+                "{{\"kind\":{},\"note\":{},\"what\":{},\"fix\":{}}}",
+                json_str(p.kind.name()),
+                p.kind.is_note(),
+                json_str(&p.what),
+                p.fix.as_deref().map_or("null".into(), json_str)
+            )
+        })
+        .collect();
+    let coords: Vec<String> = r.coords.iter().map(|c| c.to_string()).collect();
+    let warnings: Vec<String> = warnings.iter().map(|w| json_str(w)).collect();
+    format!(
+        "{{\"ok\":{},\"topology\":{},\"links_per_dim\":{},\"host\":{},\"coords\":[{}],\
+         \"nics\":{},\"routes\":{},\"sysctls\":{},\"problems\":[{}],\"warnings\":[{}]}}",
+        r.ok(),
+        json_str(&t.spec()),
+        t.links_per_dim(),
+        r.host.map_or("null".into(), |h| h.to_string()),
+        coords.join(","),
+        r.nics,
+        r.routes,
+        r.sysctls,
+        problems.join(","),
+        warnings.join(",")
+    )
+}
+
+/// A JSON string literal.
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The plan, compactly: a summary, the interfaces, the subnets per interface, and one line per
@@ -145,5 +295,54 @@ mod tests {
         let flat = show(&Topology::parse("hxb:4", 2).unwrap());
         assert!(flat.contains("  r1: 1 line, 10.10.1.0/24"), "{flat}");
         assert!(flat.contains("  3 (3): 10.10.0.4 10.10.1.4"), "{flat}");
+    }
+
+    #[test]
+    fn check_reports_as_text_and_json() {
+        use crate::check::{Kind, Problem};
+        let t = Topology::parse("hxb:2x2x2", 2).unwrap();
+        let mut r = Report {
+            host: Some(3),
+            coords: vec![0, 1, 1],
+            nics: 6,
+            routes: 12,
+            sysctls: 11,
+            problems: vec![Problem {
+                kind: Kind::OtherName,
+                what: "dimension 0 link 0: ...".into(),
+                fix: None,
+            }],
+        };
+        assert_eq!(
+            report_text(&t, &r),
+            "OK: host 3 (0,1,1) of hxb:2x2x2 x 2: 6 NICs, 12 routes, 11 sysctls\n  \
+             note: dimension 0 link 0: ...\n"
+        );
+        r.problems.insert(
+            0,
+            Problem {
+                kind: Kind::Down,
+                what: "dimension 1 link 0: x1l0 (\"a\\b\") is down".into(),
+                fix: Some("ip link set dev x1l0 up".into()),
+            },
+        );
+        let text = report_text(&t, &r);
+        assert!(text.starts_with("host 3 (0,1,1) of hxb:2x2x2 x 2: 1 problem\n  dimension 1"));
+        assert!(text.contains(" is down; fix: ip link set dev x1l0 up\n  note: "));
+        let j = report_json(&t, &r, &["w\n".into()]);
+        assert!(
+            j.starts_with(
+                "{\"ok\":false,\"topology\":\"hxb:2x2x2\",\"links_per_dim\":2,\"host\":3,\
+             \"coords\":[0,1,1],\"nics\":6,\"routes\":12,\"sysctls\":11,\"problems\":[\
+             {\"kind\":\"down\",\"note\":false,\"what\":\"dimension 1 link 0: x1l0 \
+             (\\\"a\\\\b\\\") is down\",\"fix\":\"ip link set dev x1l0 up\"},"
+            ),
+            "{j}"
+        );
+        assert!(
+            j.ends_with("\"fix\":null}],\"warnings\":[\"w\\n\"]}"),
+            "{j}"
+        );
+        assert_eq!(json_str("\u{1}"), "\"\\u0001\"");
     }
 }

@@ -104,6 +104,21 @@
 //! back uses), `arp_ignore=1` and `arp_announce=2`. [`Topology::host_commands`] renders all of
 //! it as shell commands (`hxcomm topo routes`).
 //!
+//! # Checking a host
+//!
+//! [`check::check`] compares what a host has, given as plain data ([`check::Observed`]: its
+//! interfaces with their IPv4 addresses, its main route table, sysctl values), with what the
+//! plan asks of it, and returns every difference ([`check::Problem`]) with the command that
+//! fixes it, in the words of [`Topology::host_commands`]: a missing or misprefixed address, a
+//! NIC that is down or without carrier, another host's address or one outside the plan in
+//! 10.10.0.0/16, a route of [`Topology::routes`] missing or different (or a foreign one into
+//! 10.10.0.0/16), a sysctl of [`Topology::sysctls`] with another value (`rp_filter` 0 passes
+//! as well as 2: the kernel uses the larger of `all` and the interface's). The host is told by
+//! its addresses unless given; NICs are matched by address, so a NIC of another name than the
+//! plan's is a note and its routes and `rp_filter` are expected under its own name.
+//! [`check::parse_proc_net_route`] reads /proc/net/route's text. `hxcomm topo check` (the
+//! `cli` feature) reads the host and prints the report.
+//!
 //! # Example
 //!
 //! ```
@@ -124,8 +139,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod check;
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "cli")]
+mod observe;
 mod paths;
 mod plan;
 mod routes;
