@@ -7,12 +7,18 @@
 //! says `local`) must be exactly the path hx-topology's `path(src, dst, dim, link)` intends: the
 //! outgoing interface and next hop of every hop, and the source address at the first. Then a
 //! ping (one packet, one second at most) from two hosts to every address of every other host.
-//! A guard runs `hxcomm net down` whatever happens, and the test checks that nothing is left.
+//! `hxcomm topo check` inside every namespace says OK; after a route is deleted, an interface
+//! set down and `rp_filter=1` set on another in one namespace, it names exactly those (and the
+//! routes the kernel dropped with the downed interface), each with `topo routes`' own command,
+//! and those commands make it OK again. A guard runs `hxcomm net down` whatever happens, and the
+//! test checks that nothing is left. Each test holds the benchmark lock (/tmp/hxcomm-bench.lock)
+//! while its testbed is up, so none runs during a measurement.
 
 mod util;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -219,6 +225,8 @@ fn check(tag: &str, topology: &str, links: u32, pingers: &[u32]) {
     if !(util::skip::need_netns() && util::skip::need_tool("ping", &["-V"], "iputils-ping")) {
         return;
     }
+    let _lock =
+        hx_demo::lock::BenchLock::acquire(Path::new(hx_demo::lock::BENCH_LOCK), &|| false).unwrap();
     let t = Topology::parse(topology, links).unwrap();
     let name = format!("hxt{}{tag}", std::process::id() % 1000);
     let started = Instant::now();
@@ -307,4 +315,172 @@ fn hxb_2x2x2_two_links_kernel_routes_follow_intended_paths() {
 #[test]
 fn hxb_3x3x2_one_link_kernel_routes_follow_intended_paths() {
     check("b", "hxb:3x3x2", 1, &[0, 17]);
+}
+
+/// Runs `cmd` (a shell command line) in namespace `ns`; panics with its output if it fails.
+fn in_ns(ns: &str, cmd: &str) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", cmd])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{ns}: {cmd}: {}", output_text(&out));
+}
+
+/// `hxcomm topo check --topology hxb:2x2x2 --links-per-dim 2 ARGS` in host `k`'s namespace:
+/// the exit code and standard output.
+fn topo_check(net: &Net, k: u32, args: &[&str]) -> (i32, String) {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &net.ns(k), hxcomm(), "topo", "check"])
+        .args(["--topology", "hxb:2x2x2", "--links-per-dim", "2"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// The problems of a `--json` report as (kind, fix).
+fn problems(json: &str) -> Vec<(String, String)> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["kind"].as_str().unwrap().to_string(),
+                p["fix"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `hxcomm topo check` on a hxb:2x2x2 testbed with 2 links per dimension: OK in every
+/// namespace, with or without --host; a --host that disagrees is one problem. Then, in host 5:
+/// one route deleted, another NIC set down, a third NIC's rp_filter strict; check names exactly
+/// those and the routes the kernel dropped with the downed NIC (exit code 1), each fix is a line
+/// of `topo routes`, and running the fixes in the order given makes the host OK again.
+#[test]
+fn hxb_2x2x2_topo_check_finds_what_was_broken() {
+    if !util::skip::need_netns() {
+        return;
+    }
+    let _lock =
+        hx_demo::lock::BenchLock::acquire(Path::new(hx_demo::lock::BENCH_LOCK), &|| false).unwrap();
+    let t = Topology::parse("hxb:2x2x2", 2).unwrap();
+    let name = format!("hxt{}c", std::process::id() % 1000);
+    {
+        let net = Net::up(&name, "hxb:2x2x2", 2);
+        for k in 0..t.hosts() {
+            let c: Vec<String> = t.coords(k).unwrap().iter().map(|c| c.to_string()).collect();
+            let (code, out) = topo_check(&net, k, &[]);
+            assert_eq!(
+                (code, out.as_str()),
+                (
+                    0,
+                    format!(
+                        "OK: host {k} ({}) of hxb:2x2x2 x 2: 6 NICs, 12 routes, 11 sysctls\n",
+                        c.join(",")
+                    )
+                    .as_str()
+                )
+            );
+            let (code, out) = topo_check(&net, k, &["--host", &k.to_string(), "--json"]);
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(
+                (code, &v["ok"], &v["host"]),
+                (0, &serde_json::json!(true), &serde_json::json!(k))
+            );
+            assert_eq!(v["problems"], serde_json::json!([]));
+        }
+        let (code, out) = topo_check(&net, 0, &["--host", "7", "--json"]);
+        assert_eq!(code, 1);
+        let p = problems(&out);
+        assert_eq!(p.len(), 1, "{out}");
+        assert_eq!(p[0].0, "wrong-host");
+
+        // Break host 5: delete its first route, set down a NIC that route does not use, make a
+        // third NIC's reverse-path filter strict.
+        let h = 5;
+        let ns = net.ns(h);
+        let routes = t.routes(h).unwrap();
+        let cut = routes[0].clone();
+        let nics: Vec<String> = t
+            .addresses(h)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.iface)
+            .collect();
+        let down = nics.iter().find(|n| **n != cut.dev).unwrap().clone();
+        let strict = nics
+            .iter()
+            .find(|n| **n != cut.dev && **n != down)
+            .unwrap()
+            .clone();
+        in_ns(&ns, &format!("ip route del {}", cut.dest));
+        in_ns(&ns, &format!("ip link set dev {down} down"));
+        in_ns(
+            &ns,
+            &format!("sysctl -qw net.ipv4.conf.{strict}.rp_filter=1"),
+        );
+
+        let mut want = vec![
+            ("down".to_string(), format!("ip link set dev {down} up")),
+            (
+                "sysctl".to_string(),
+                format!("sysctl -w net.ipv4.conf.{strict}.rp_filter=2"),
+            ),
+        ];
+        let dropped = routes.iter().filter(|r| r.dev == down).count();
+        assert!(dropped > 0, "no route of host {h} goes through {down}");
+        for r in routes.iter().filter(|r| **r == cut || r.dev == down) {
+            want.push(("missing-route".to_string(), format!("ip route replace {r}")));
+        }
+        let (code, out) = topo_check(&net, h, &["--json"]);
+        assert_eq!(code, 1, "{out}");
+        let got = problems(&out);
+        assert_eq!(got, want, "{out}");
+        // Every fix is `topo routes`' own text.
+        let plan = Command::new(hxcomm())
+            .args([
+                "topo",
+                "routes",
+                "--topology",
+                "hxb:2x2x2",
+                "--links-per-dim",
+                "2",
+            ])
+            .args(["--host", &h.to_string()])
+            .output()
+            .unwrap();
+        let plan = String::from_utf8_lossy(&plan.stdout).into_owned();
+        for (_, fix) in &got {
+            assert!(
+                plan.lines().any(|l| l == fix),
+                "{fix:?} is not a line of topo routes"
+            );
+        }
+        // The text: a header and one line per problem, each with its fix.
+        let (code, text) = topo_check(&net, h, &[]);
+        assert_eq!(code, 1);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!("host 5 (1,0,1) of hxb:2x2x2 x 2: {} problems", want.len())
+        );
+        assert_eq!(lines.len(), 1 + want.len(), "{text}");
+        for (line, (_, fix)) in lines[1..].iter().zip(&want) {
+            assert!(line.ends_with(&format!("; fix: {fix}")), "{line}");
+        }
+        println!("topo check on host {h} after breaking it:\n{text}");
+
+        // The fixes, in the order given, make it whole again.
+        for (_, fix) in &got {
+            in_ns(&ns, fix);
+        }
+        let (code, out) = topo_check(&net, h, &[]);
+        assert_eq!(code, 0, "{out}");
+    }
+    let left = namespaces_of(&name);
+    assert!(left.is_empty(), "left behind after net down: {left:?}");
 }
