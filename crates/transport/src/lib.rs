@@ -12,6 +12,7 @@ pub mod ifaces;
 pub mod pipe;
 pub mod shm;
 pub mod tcp;
+pub mod trace;
 
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
@@ -42,6 +43,15 @@ pub trait Link: Send {
     /// what made it ready (a level-triggered signal, a hung-up peer) so the engine neither
     /// spins on a stale readiness nor misses a peer that died.
     fn event(&mut self) {}
+    /// Turns per-message tracing on or off ([`trace`]); false if this link cannot be traced.
+    fn set_trace(&mut self, _on: bool) -> io::Result<bool> {
+        Ok(false)
+    }
+    /// The link's trace while tracing is on; with `collect`, first gathers what the kernel
+    /// has stamped since (a syscall for TCP).
+    fn trace(&mut self, _collect: bool) -> Option<&mut trace::LinkTrace> {
+        None
+    }
 }
 
 impl<L: Link + ?Sized> Link for Box<L> {
@@ -65,5 +75,11 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn event(&mut self) {
         (**self).event()
+    }
+    fn set_trace(&mut self, on: bool) -> io::Result<bool> {
+        (**self).set_trace(on)
+    }
+    fn trace(&mut self, collect: bool) -> Option<&mut trace::LinkTrace> {
+        (**self).trace(collect)
     }
 }

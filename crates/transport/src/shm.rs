@@ -50,6 +50,7 @@ use nix::sys::socket::{getsockopt, recv, sockopt, MsgFlags};
 use nix::sys::stat::fstat;
 use nix::unistd::ftruncate;
 
+use crate::trace::LinkTrace;
 use crate::Link;
 
 /// Default bytes per direction.
@@ -230,6 +231,8 @@ pub struct ShmLink {
     /// epoll set {my_efd, sock} when there is a socket; `fd()` returns it.
     poll_set: Option<OwnedFd>,
     label: String,
+    /// Per-message tracing (`hxcomm bench breakdown`), off unless asked for.
+    trace: Option<Box<LinkTrace>>,
 }
 
 // SAFETY: the raw pointers point into `map`, which this struct owns; all access goes through
@@ -281,6 +284,7 @@ impl ShmLink {
             sock,
             poll_set,
             label,
+            trace: None,
         };
         // Our own indices start at zero; the peer must not have touched them.
         if link.map.word(off_head(side)).load(Ordering::Relaxed) != 0
@@ -440,6 +444,9 @@ impl Link for ShmLink {
                 .store(self.rx_tail, Ordering::Release);
             self.wake_peer();
         }
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.read(0, None, crate::trace::now_ns(), n);
+        }
         Ok(n)
     }
 
@@ -485,6 +492,10 @@ impl Link for ShmLink {
             }
         }
         if pos != self.tx_head {
+            if let Some(t) = self.trace.as_deref_mut() {
+                let now = crate::trace::now_ns();
+                t.wrote(now, now, limit);
+            }
             self.publish(pos);
         }
         self.write_blocked = limit < total;
@@ -511,6 +522,15 @@ impl Link for ShmLink {
     fn event(&mut self) {
         drain(&self.my_efd);
         self.check_socket();
+    }
+
+    fn set_trace(&mut self, on: bool) -> io::Result<bool> {
+        self.trace = on.then(|| Box::new(LinkTrace::new()));
+        Ok(true)
+    }
+
+    fn trace(&mut self, _collect: bool) -> Option<&mut LinkTrace> {
+        self.trace.as_deref_mut()
     }
 
     fn arm(&mut self) -> bool {

@@ -12,6 +12,7 @@ use nix::sys::socket::{setsockopt, sockopt};
 use nix::{setsockopt_impl, sockopt_impl};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::trace::{self, LinkTrace};
 use crate::Link;
 
 // nix has no TCP_NOTSENT_LOWAT; its macro declares the option (a c_int) for `setsockopt`.
@@ -144,20 +145,47 @@ pub fn connect_nonblocking(
 pub struct TcpLink {
     stream: TcpStream,
     label: String,
+    /// Per-message tracing (`hxcomm bench breakdown`), off unless asked for.
+    trace: Option<Box<LinkTrace>>,
 }
 
 impl TcpLink {
     pub fn new(stream: TcpStream, label: String) -> Self {
-        TcpLink { stream, label }
+        TcpLink {
+            stream,
+            label,
+            trace: None,
+        }
     }
 }
 
 impl Link for TcpLink {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(t) = self.trace.as_deref_mut() {
+            return trace::tcp_read(&mut self.stream, t, buf);
+        }
         self.stream.read(buf)
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if let Some(t) = self.trace.as_deref_mut() {
+            return trace::tcp_write(&mut self.stream, t, bufs);
+        }
         self.stream.write_vectored(bufs)
+    }
+    fn set_trace(&mut self, on: bool) -> io::Result<bool> {
+        trace::set_tcp_timestamping(&self.stream, on)?;
+        if let Some(t) = self.trace.as_deref_mut() {
+            trace::drain_tx_stamps(self.stream.as_raw_fd(), t);
+        }
+        self.trace = on.then(|| Box::new(LinkTrace::new()));
+        Ok(true)
+    }
+    fn trace(&mut self, collect: bool) -> Option<&mut LinkTrace> {
+        let t = self.trace.as_deref_mut()?;
+        if collect {
+            trace::drain_tx_stamps(self.stream.as_raw_fd(), t);
+        }
+        Some(t)
     }
     fn fd(&self) -> RawFd {
         self.stream.as_raw_fd()
