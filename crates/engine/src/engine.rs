@@ -1129,6 +1129,9 @@ impl Engine {
                         self.rail_down(peer, rail, &e.to_string(), false);
                         return total;
                     }
+                    if hx_transport::trace::active() {
+                        self.trace_parsed(peer, rail);
+                    }
                     if n < want && !to_end {
                         return total;
                     }

@@ -12,6 +12,7 @@ mod error;
 mod poller;
 mod settings;
 mod setup;
+pub mod trace;
 
 pub mod info;
 pub use buf::EngineBuf;
