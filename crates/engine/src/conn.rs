@@ -70,6 +70,8 @@ pub(crate) struct RailSlot {
     pub next_retry: Instant,
     /// An attempt of ours is under way.
     pub attempting: bool,
+    /// A failed attempt was reported (once, until the rail connects).
+    pub warned: bool,
 }
 
 impl RailSlot {
@@ -84,6 +86,7 @@ impl RailSlot {
             down_since: None,
             next_retry: Instant::now(),
             attempting: false,
+            warned: false,
         }
     }
 }
@@ -257,7 +260,9 @@ impl Engine {
             match tcp::connect_nonblocking(route.local, route.device.as_deref(), route.remote) {
                 Ok(s) => s,
                 Err(e) => {
-                    debug!(peer, rail, "connect: {e}");
+                    // Unreachable at once (no route: a relay's link is down, say).
+                    self.core.rail_unreachable(peer, rail);
+                    self.warn_unconnected(peer, rail, &e.to_string());
                     return;
                 }
             };
@@ -315,8 +320,31 @@ impl Engine {
                 r.down_since.get_or_insert_with(Instant::now);
                 let label = r.label.clone();
                 self.check_peer_gone(c.peer, why, &label);
+            } else if !refused {
+                self.warn_unconnected(c.peer, c.rail, why);
             }
         }
+    }
+
+    /// Says once per outage that a rail to a live peer cannot be connected: its share goes to
+    /// the other rails meanwhile, which would otherwise pass unnoticed.
+    fn warn_unconnected(&mut self, peer: Rank, rail: usize, why: &str) {
+        if self.finalizing || self.core.peer_failed(peer).is_some() {
+            return;
+        }
+        let r = &mut self.peers[peer as usize].rails[rail];
+        if r.warned || r.link.is_some() {
+            return;
+        }
+        r.warned = true;
+        let label = r.label.clone();
+        warn!(
+            "hxcomm {}: rail {label} to {} cannot be connected ({why}); the other rails carry its \
+             traffic, retrying every {} ms",
+            self.whoami(),
+            self.who(peer),
+            RECONNECT_EVERY.as_millis()
+        );
     }
 
     pub(crate) fn advance_connect(&mut self, slot: usize) {
@@ -455,6 +483,12 @@ impl Engine {
         r.blocked = false;
         r.mine = mine;
         r.gone = false;
+        if std::mem::take(&mut r.warned) && r.down_since.is_none() {
+            info!(
+                "hxcomm {whoami}: rail {} to {who} is connected now",
+                r.label
+            );
+        }
         if let Some(since) = r.down_since.take() {
             info!(
                 "hxcomm {whoami}: rail {} to {who} is back after {:.1} s",
@@ -899,6 +933,26 @@ impl Engine {
                 .is_some_and(|c| c.deadline < now)
             {
                 self.connect_failed(slot, "handshake timed out", false);
+            }
+        }
+        // An attempt over the network unanswered for three rail timeouts (a path whose packets
+        // vanish: no refusal, no ICMP) is said and stops holding back the policies, but goes
+        // on until its deadline. (Loopback never drops; a burst of connections may be slow.)
+        let patience = self.settings.rail_timeout * 3;
+        let slow = self.settings.connect_timeout.saturating_sub(patience);
+        for slot in 0..self.connecting.len() {
+            let Some(c) = self.connecting[slot].as_ref() else {
+                continue;
+            };
+            let (peer, rail) = (c.peer, c.rail);
+            let r = &self.peers[peer as usize].rails[rail];
+            if c.deadline.saturating_duration_since(now) < slow
+                && !r.warned
+                && !r.route.local.is_loopback()
+            {
+                self.core.rail_unreachable(peer, rail);
+                let why = format!("no answer within {} ms", patience.as_millis());
+                self.warn_unconnected(peer, rail, &why);
             }
         }
         for slot in 0..self.shm_out.len() {

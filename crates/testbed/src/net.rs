@@ -516,7 +516,8 @@ fn teardown_discovered(name: &str) -> Result<bool, TestbedError> {
     Ok(found)
 }
 
-/// Sets rail `rail` of host `host` down or up.
+/// Sets rail `rail` of host `host` down or up. Setting a NIC down removes the relay routes
+/// through it; setting it up puts them back (on a hyper-crossbar).
 pub fn link(info: &TestbedInfo, host: u32, rail: u32, up: bool) -> Result<(), TestbedError> {
     if host >= info.spec.hosts || rail >= info.spec.rails {
         return Err(TestbedError::InvalidSpec(format!(
@@ -539,8 +540,11 @@ pub fn link(info: &TestbedInfo, host: u32, rail: u32, up: bool) -> Result<(), Te
         "dev",
         &dev,
         if up { "up" } else { "down" },
-    ])
-    .map(|_| ())
+    ])?;
+    if up {
+        configure_relaying(info, host, &ns)?;
+    }
+    Ok(())
 }
 
 /// Byte counters of every rail interface: `[host][rail]`.
