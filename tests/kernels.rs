@@ -161,8 +161,13 @@ fn mpicc(src: &str, out: &Path) {
 }
 
 fn mpirun(n: u32, prog: &Path, args: &[&str]) -> Value {
+    mpirun_with(n, &[], prog, args)
+}
+
+/// `mpirun` on this host with Open MPI's own shared memory and TCP, plus `extra` arguments.
+fn mpirun_with(n: u32, extra: &[&str], prog: &Path, args: &[&str]) -> Value {
     let mut c = Command::new("mpirun");
-    c.args(["--oversubscribe", "-n", &n.to_string()]);
+    c.args(["--oversubscribe", "--bind-to", "none", "-n", &n.to_string()]);
     if util::skip::is_root() {
         c.arg("--allow-run-as-root");
     }
@@ -170,6 +175,7 @@ fn mpirun(n: u32, prog: &Path, args: &[&str]) -> Value {
         .env("OMPI_MCA_btl", "self,vader,tcp")
         .env("OMPI_MCA_btl_tcp_if_include", "lo")
         .env("OMPI_MCA_oob_tcp_if_include", "lo")
+        .args(extra)
         .arg(prog)
         .args(args)
         .output()
@@ -180,20 +186,29 @@ fn mpirun(n: u32, prog: &Path, args: &[&str]) -> Value {
     v
 }
 
-/// bench/mpi_is.c and bench/mpi_cg.c under Open MPI (shared memory and TCP on this host): they
-/// verify, and they compute what the hxcomm versions compute (same keys, same CG iterates).
-#[test]
-fn mpi_versions_agree_with_hxcomm() {
+/// A fresh directory with both MPI programs built, or None (skipped) without mpicc/mpirun.
+fn mpi_programs(name: &str) -> Option<(TempDir, PathBuf, PathBuf)> {
     if !skip::need_tool("mpicc", &["--version"], "libopenmpi-dev")
         || !skip::need_tool("mpirun", &["--version"], "openmpi-bin")
     {
-        return;
+        return None;
     }
-    let dir = TempDir(std::env::temp_dir().join(format!("hxcomm-kernels-{}", std::process::id())));
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("hxcomm-kernels-{name}-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
     let (is, cg) = (dir.0.join("mpi_is"), dir.0.join("mpi_cg"));
     mpicc("mpi_is.c", &is);
     mpicc("mpi_cg.c", &cg);
+    Some((dir, is, cg))
+}
+
+/// bench/mpi_is.c and bench/mpi_cg.c under Open MPI (shared memory and TCP on this host): they
+/// verify, and they compute what the hxcomm versions compute (same keys, same CG iterates).
+#[test]
+fn mpi_versions_agree_with_hxcomm() {
+    let Some((_dir, is, cg)) = mpi_programs("ompi") else {
+        return;
+    };
     for n in [4, 3] {
         let m = mpirun(n, &is, IS_ARGS);
         verified(&m);
@@ -232,4 +247,73 @@ fn mpi_versions_agree_with_hxcomm() {
         "{}",
         output_text(&o)
     );
+}
+
+/// The provider cargo built (libfabric loads every `*fi.so` of FI_PROVIDER_PATH, so it goes alone
+/// into `dir`): the newer of target/release/deps and target/release.
+fn provider_in(dir: &Path) -> bool {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let so = [deps.to_path_buf(), deps.parent().unwrap().to_path_buf()]
+        .into_iter()
+        .map(|d| d.join("libhxcomm_fi.so"))
+        .filter(|p| p.exists())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok());
+    match so {
+        Some(so) => {
+            std::fs::copy(so, dir.join("libhxcomm_fi.so")).unwrap();
+            true
+        }
+        None => skip::need(
+            false,
+            "no libhxcomm_fi.so (cargo build --release --workspace)",
+        ),
+    }
+}
+
+/// The MPI programs under Open MPI over the hxcomm libfabric provider (shared memory, and TCP
+/// over two loopback rails), for 4 and 3 ranks: verified, and the same keys and CG iterates.
+#[test]
+fn mpi_versions_over_the_hxcomm_provider() {
+    let Some((dir, is, cg)) = mpi_programs("fi") else {
+        return;
+    };
+    let prov = dir.0.join("provider");
+    std::fs::create_dir_all(&prov).unwrap();
+    if !provider_in(&prov) {
+        return;
+    }
+    let prov = prov.to_string_lossy().into_owned();
+    let fi_path = format!("FI_PROVIDER_PATH={prov}");
+    for (n, env) in [(4, &[][..]), (3, TCP)] {
+        let mut extra = vec![
+            "--mca",
+            "pml",
+            "cm",
+            "--mca",
+            "mtl",
+            "ofi",
+            "--mca",
+            "mtl_ofi_provider_include",
+            "hxcomm",
+            "-x",
+            &fi_path,
+        ];
+        for e in env {
+            extra.extend(["-x", e]);
+        }
+        let m = mpirun_with(n, &extra, &is, IS_ARGS);
+        verified(&m);
+        let h = hx(n, env, "is", IS_ARGS);
+        for k in ["keys", "key_sum", "hash_sum"] {
+            assert_eq!(m[k], h[k], "{k}: {m} vs {h}");
+        }
+        let m = mpirun_with(n, &extra, &cg, CG_SHORT);
+        let h = hx(n, env, "cg", CG_SHORT);
+        assert!(
+            close(f(&m, "residual"), f(&h, "residual"), 1e-10),
+            "{m} vs {h}"
+        );
+        verified(&mpirun_with(n, &extra, &cg, CG_ARGS));
+    }
 }
