@@ -3,6 +3,7 @@
 //! random-traffic test for any number of ranks.
 
 mod alltoall;
+mod breakdown;
 mod cg;
 mod coll;
 mod compare;
@@ -24,6 +25,9 @@ pub struct BenchArgs {
 pub enum Which {
     /// Ping-pong latency (half the round trip), OSU style.
     Latency(P2pOpts),
+    /// Where a small message's one-way time goes (hxcomm, kernel send, wire, receive, wakeup),
+    /// TCP rail or shared memory, beside the raw floor.
+    Breakdown(breakdown::BreakdownOpts),
     /// One-way bandwidth: a window of nonblocking sends, then an ack.
     Bw(P2pOpts),
     /// Bidirectional bandwidth: both ranks send a window at once.
@@ -70,6 +74,7 @@ pub struct P2pOpts {
 pub fn run(args: BenchArgs) -> i32 {
     let result = match args.which {
         Which::Latency(o) => p2p::run(p2p::Kind::Latency, &o),
+        Which::Breakdown(o) => breakdown::run(&o),
         Which::Bw(o) => p2p::run(p2p::Kind::Bw, &o),
         Which::Bibw(o) => p2p::run(p2p::Kind::Bibw, &o),
         Which::Stress(o) => stress::run(&o),
