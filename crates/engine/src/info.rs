@@ -130,11 +130,21 @@ pub fn report(get: &dyn Fn(&str) -> Option<String>) -> Result<String, crate::Err
         });
     out.push_str("\nInterfaces (IPv4):\n");
     let all = ifaces::list().map_err(crate::error::io_err("listing interfaces"))?;
-    let rails = setup::rail_interfaces(&settings, mgmt);
+    let (rails, place) = match &settings.topology {
+        Some(t) => match setup::topology_interfaces(t, mgmt) {
+            Ok((p, r)) => (Ok(r), Some(p)),
+            Err(e) => (Err(e), None),
+        },
+        None => (setup::rail_interfaces(&settings, mgmt), None),
+    };
     let used: Vec<String> = match &rails {
         Ok(r) => r
             .iter()
-            .take(ADDRESS_MAX_RAILS)
+            .take(if place.is_some() {
+                usize::MAX
+            } else {
+                ADDRESS_MAX_RAILS
+            })
             .map(|i| i.name.clone())
             .collect(),
         Err(_) => Vec::new(),
@@ -158,6 +168,8 @@ pub fn report(get: &dyn Fn(&str) -> Option<String>) -> Result<String, crate::Err
             .is_some_and(|n| !n.contains(&i.name))
         {
             "left out: not in HX_RAILS".to_string()
+        } else if place.is_some() {
+            "left out: not an address of the topology's plan".to_string()
         } else {
             format!("left out: same subnet as another rail, or beyond the {ADDRESS_MAX_RAILS} an address describes")
         };
@@ -168,6 +180,16 @@ pub fn report(get: &dyn Fn(&str) -> Option<String>) -> Result<String, crate::Err
     }
     if let Err(e) = &rails {
         out.push_str(&format!("  rails: {e}\n"));
+    }
+    if let Some(p) = &place {
+        out.push_str(&format!(
+            "  topology: host {} {:?} of {} with {} link(s) per dimension; peers over its \
+             disjoint paths\n",
+            p.host,
+            p.topo.coords(p.host).unwrap_or_default(),
+            p.topo.spec(),
+            p.topo.links_per_dim()
+        ));
     }
     if mgmt.is_none() {
         out.push_str(

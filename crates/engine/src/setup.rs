@@ -211,7 +211,8 @@ pub(crate) fn place_in(topo: &Topology, all: &[Iface]) -> Result<(Place, Vec<Ifa
     if let Some((other, i)) = hosts.iter().find(|(h, _)| *h != host) {
         return Err(Error::Config(format!(
             "{what}: this machine has addresses of two hosts of the topology: host {host} \
-             and host {other} ({} on {})",
+             and host {other} ({} on {}); do the sizes and links per dimension match the \
+             network?",
             i.addr, i.name
         )));
     }
