@@ -1,5 +1,5 @@
-//! `hxcomm topo routes|show|check`: the plan and one host's configuration as text, and whether
-//! this host has that configuration.
+//! `hxcomm topo routes|show|paths|check`: the plan, one host's configuration and the paths
+//! between two hosts as text, and whether this host has that configuration.
 
 use clap::{Args, Subcommand};
 
@@ -14,7 +14,7 @@ pub struct TopoArgs {
     pub command: TopoCommand,
 }
 
-/// `hxcomm topo routes|show|check`.
+/// `hxcomm topo routes|show|paths|check`.
 #[derive(Subcommand, Debug)]
 pub enum TopoCommand {
     /// Print the commands (ip link/addr, sysctl, ip route; one per line, ready for a shell)
@@ -22,6 +22,10 @@ pub enum TopoCommand {
     Routes(RoutesArgs),
     /// Print the plan: hosts with coordinates and addresses, interfaces, subnets.
     Show(SpecArgs),
+    /// Print the distinct (link-disjoint) paths from one host to another, one a line: the
+    /// destination address's dimension and link, hops, source interface, source address (what
+    /// a socket of the path binds to) and destination address (what it connects to).
+    Paths(PathsArgs),
     /// Check this host (or the network namespace this runs in) against the plan: its NIC
     /// addresses, the routes of `topo routes` in the main table, the sysctls. Prints `OK: ...`
     /// or one line per problem with the command that fixes it; exit code 0 when all is well,
@@ -51,6 +55,20 @@ pub struct RoutesArgs {
     pub host: u32,
 }
 
+/// `hxcomm topo paths`.
+#[derive(Args, Debug)]
+pub struct PathsArgs {
+    #[command(flatten)]
+    /// The topology.
+    pub spec: SpecArgs,
+    /// The source host.
+    #[arg(long)]
+    pub from: u32,
+    /// The destination host.
+    #[arg(long)]
+    pub to: u32,
+}
+
 /// `hxcomm topo check`.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -70,6 +88,7 @@ pub fn run(args: TopoArgs) -> i32 {
     let spec = match &args.command {
         TopoCommand::Routes(a) => &a.spec,
         TopoCommand::Show(a) => a,
+        TopoCommand::Paths(a) => &a.spec,
         TopoCommand::Check(a) => &a.spec,
     };
     let topo = match Topology::parse(&spec.topology, spec.links_per_dim) {
@@ -82,6 +101,7 @@ pub fn run(args: TopoArgs) -> i32 {
     let text = match &args.command {
         TopoCommand::Routes(a) => topo.host_commands(a.host).map(|v| v.join("\n") + "\n"),
         TopoCommand::Show(_) => Ok(show(&topo)),
+        TopoCommand::Paths(a) => paths(&topo, a.from, a.to),
         TopoCommand::Check(a) => return run_check(&topo, a),
     };
     match text {
@@ -273,9 +293,62 @@ pub fn show(t: &Topology) -> String {
     s
 }
 
+/// The distinct paths from `from` to `to` ([`Topology::disjoint_paths`]), a header line
+/// (`# dim link hops src_iface src_addr dst_addr`) and one line per path with those fields,
+/// separated by spaces (for scripts: e.g. an iperf3 client per path, `-B src_addr` to
+/// `dst_addr`).
+pub fn paths(t: &Topology, from: u32, to: u32) -> Result<String, crate::Error> {
+    use std::fmt::Write;
+    let mut s = String::from("# dim link hops src_iface src_addr dst_addr\n");
+    for p in t.disjoint_paths(from, to)? {
+        let _ = writeln!(
+            s,
+            "{} {} {} {} {} {}",
+            p.dst_dim,
+            p.link,
+            p.hop_count(),
+            p.src_iface,
+            p.src_addr,
+            p.dst_addr
+        );
+    }
+    Ok(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_of_the_corners_and_of_a_line() {
+        let t = Topology::parse("hxb:2x2x2", 2).unwrap();
+        let s = paths(&t, 0, 7).unwrap();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[0], "# dim link hops src_iface src_addr dst_addr");
+        assert_eq!(lines.len(), 7, "{s}");
+        // Address of dimension 0, link 0: first hop over dimension 1, so host 0's x1l0.
+        assert_eq!(lines[1], "0 0 3 x1l0 10.10.1.1 10.10.0.98");
+        assert_eq!(lines[2], "0 1 3 x1l1 10.10.1.129 10.10.0.226");
+        assert_eq!(lines[6], "2 1 3 x0l1 10.10.0.129 10.10.2.226");
+        // Every source address and every destination address once.
+        let col = |i: usize| -> std::collections::HashSet<&str> {
+            lines[1..]
+                .iter()
+                .map(|l| l.split(' ').nth(i).unwrap())
+                .collect()
+        };
+        assert_eq!((col(4).len(), col(5).len()), (6, 6));
+        // Line neighbours (differ in dimension 2 only): one 1-hop path per link.
+        let s = paths(&t, 0, 1).unwrap();
+        assert_eq!(
+            s,
+            "# dim link hops src_iface src_addr dst_addr\n\
+             2 0 1 x2l0 10.10.2.1 10.10.2.2\n\
+             2 1 1 x2l1 10.10.2.129 10.10.2.130\n"
+        );
+        assert!(paths(&t, 0, 8).is_err());
+        assert_eq!(paths(&t, 3, 3).unwrap().lines().count(), 1);
+    }
 
     #[test]
     fn show_is_compact() {
