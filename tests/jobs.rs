@@ -320,3 +320,30 @@ fn sixty_four_ranks_start_and_do_an_all_to_all() {
         assert!(took < Duration::from_secs(60), "{env:?}: took {took:?}");
     }
 }
+
+/// `bench alltoall --throughput`: rounds start together and time the exchange alone; every
+/// rank prints its round times and a rate from the median of the rounds after the first.
+#[test]
+fn all_to_all_throughput_mode_prints_a_rate() {
+    let out = Command::new(hxcomm())
+        .args(["run", "-n", "3", "--", hxcomm(), "bench", "alltoall"])
+        .args(["--size", "1M", "--rounds", "4", "--throughput"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(stdout.matches("verified").count(), 3, "{stdout}");
+    for line in stdout.lines().filter(|l| l.contains("throughput:")) {
+        let times = line
+            .split("rounds_s ")
+            .nth(1)
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap();
+        assert_eq!(times.split(',').count(), 4, "{line}");
+        assert!(line.contains("2097152 bytes sent: "), "{line}");
+        assert!(line.ends_with(" MB/s per rank"), "{line}");
+    }
+    assert_eq!(stdout.matches("throughput:").count(), 3, "{stdout}");
+}
