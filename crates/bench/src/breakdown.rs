@@ -677,6 +677,9 @@ fn floors(
     for &mode in modes {
         let busy = mode == Mode::Spin;
         let rtt = floor::tcp_pingpong(&mut s, cx.me == 0, size, iters, warmup, busy)?;
+        if cx.me == 1 {
+            continue;
+        }
         out.push(Floor {
             name: format!(
                 "plain TCP ping-pong, {size} B, same addresses, {}",
@@ -686,7 +689,53 @@ fn floors(
             p50_us: oneway(&rtt) / 1e3,
         });
     }
-    Ok(out)
+    drop(s);
+    // sockperf between the same addresses, if both ranks have it.
+    let mine = floor::have("sockperf");
+    cx.ctl_send(&[mine as u8])?;
+    let theirs = cx.ctl_recv(1)?.first() == Some(&1);
+    if !(mine && theirs) {
+        return Ok(out);
+    }
+    if cx.me == 1 {
+        let (mut server, port) = floor::sockperf_server(local.ip())?;
+        let sent = cx.ctl_send(&port.to_le_bytes());
+        // Rank 0 says when it is done (or fails); the server is ours to stop either way.
+        let done = sent.and_then(|_| cx.ctl_recv(1));
+        let _ = server.kill();
+        let _ = server.wait();
+        done?;
+        return Ok(out);
+    }
+    let port = cx.ctl_recv(2)?;
+    let port = u16::from_le_bytes([port[0], *port.get(1).unwrap_or(&0)]);
+    let (_, remote) =
+        cx.e.rail_socket_addrs(cx.peer, 0)
+            .ok_or("rail 0 went down")?;
+    let mut result = Ok(());
+    for &mode in modes {
+        let busy = mode == Mode::Spin;
+        match floor::sockperf_client(SocketAddr::new(remote.ip(), port), busy, 2) {
+            Ok(v) => out.push(Floor {
+                name: format!(
+                    "sockperf ping-pong --tcp, 14 B (its minimum), {}, p50",
+                    if busy {
+                        "--nonblocked (busy-poll)"
+                    } else {
+                        "blocking"
+                    }
+                ),
+                mode: Some(mode),
+                p50_us: v,
+            }),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    cx.ctl_send(b"d")?;
+    result.map(|_| out)
 }
 
 struct Report<'a> {
@@ -749,8 +798,9 @@ impl Report<'_> {
                     .iter()
                     .filter(|p| describe(p.from, p.to).1 == *t)
                     .map(|p| p.summary.p50)
-                    .sum();
-                (*t, s)
+                    .sum::<f64>();
+                // An empty sum is -0.0.
+                (*t, s + 0.0)
             })
             .collect()
     }

@@ -9,7 +9,7 @@
 //! seconds per GB against iperf3's, and the MPI figures. The testbed is taken down at the end,
 //! also on error or Ctrl-C, unless `--keep`.
 
-mod parse;
+pub(crate) mod parse;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

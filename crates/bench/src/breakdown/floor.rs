@@ -350,6 +350,15 @@ mod tests {
     use std::net::Ipv4Addr;
 
     #[test]
+    fn listening_ports() {
+        let l = listen(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(listening(port));
+        drop(l);
+        assert!(!listening(port));
+    }
+
+    #[test]
     fn tcp_floor_on_loopback() {
         let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let l = listen(lo).unwrap();
@@ -394,4 +403,78 @@ mod tests {
         assert!(t.join().unwrap().is_empty());
         assert_eq!(w.len(), 200);
     }
+}
+
+/// Whether `prog` is on PATH.
+pub fn have(prog: &str) -> bool {
+    hx_testbed::proc::have(prog)
+}
+
+/// Whether something listens on TCP `port` in this network namespace (/proc/net/tcp).
+pub fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
+        t.lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+        })
+    })
+}
+
+/// A sockperf server on `ip`: a free port, the server started on it, and nothing returned
+/// until it listens. The caller kills it (by its handle) when done.
+pub fn sockperf_server(ip: IpAddr) -> Result<(std::process::Child, u16), String> {
+    let port = listen(ip)?.local_addr().map_err(|e| e.to_string())?.port();
+    let mut child = std::process::Command::new("sockperf")
+        .args([
+            "sr",
+            "--tcp",
+            "-i",
+            &ip.to_string(),
+            "-p",
+            &port.to_string(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("sockperf server: {e}"))?;
+    let t0 = Instant::now();
+    while !listening(port) {
+        if t0.elapsed() > Duration::from_secs(10) || matches!(child.try_wait(), Ok(Some(_))) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("sockperf server on {ip}:{port} did not start"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok((child, port))
+}
+
+/// sockperf's ping-pong (`--tcp`, 14 B, its minimum; `busy`: `--nonblocked`) for `secs`
+/// seconds: its median one-way latency (us; its average if it prints no percentiles).
+pub fn sockperf_client(remote: SocketAddr, busy: bool, secs: u32) -> Result<f64, String> {
+    let mut cmd = std::process::Command::new("sockperf");
+    cmd.args(["ping-pong", "--tcp"]);
+    if busy {
+        cmd.arg("--nonblocked");
+    }
+    let out = cmd
+        .args([
+            "-i",
+            &remote.ip().to_string(),
+            "-p",
+            &remote.port().to_string(),
+        ])
+        .args(["-t", &secs.to_string(), "-m", "14"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("sockperf: {e}"))?;
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = crate::compare::parse::sockperf(&text)?;
+    Ok(s.p50_us.unwrap_or(s.avg_us))
 }
