@@ -8,7 +8,7 @@
 #   shared memory:   bash bench/breakdown.sh 5
 #   loopback TCP:    bash bench/breakdown.sh 5 --env HX_TRANSPORTS=tcp
 #   a testbed rail:  hxcomm net up --hosts 2 --rails 1 --name bk; bash bench/breakdown.sh 5 --net --name bk
-# Raw JSON lines are kept in $OUT (default a fresh temp dir).
+# Raw JSON lines are kept in $OUT (default a fresh temp dir); SUMMARY_ONLY=1 OUT=DIR re-prints them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-5}
@@ -18,7 +18,9 @@ B=$PWD/target/release/hxcomm
 out=${OUT:-$(mktemp -d /tmp/breakdown.XXXXXX)}
 mkdir -p "$out"
 echo "breakdown: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), $runs runs of: hxcomm run -n 2 $* -- hxcomm bench breakdown --json; raw output in $out" >&2
-for i in $(seq 1 "$runs"); do
+todo=$runs
+[ -n "${SUMMARY_ONLY:-}" ] && todo=0   # SUMMARY_ONLY=1 OUT=dir: only summarize an earlier run
+for i in $(seq 1 "$todo"); do
   "$B" run -n 2 "$@" -- "$B" bench breakdown --json > "$out/run$i.json"
 done
 python3 - "$out" "$runs" <<'EOF'
@@ -36,12 +38,14 @@ for mode in ["spin", "block"]:
           f"{'spinning' if mode == 'spin' else 'sleeping on the fd'}: medians of {len(rs)} runs\n")
     print("| part | what | seed term | p50 us | p90 us | p99 us |")
     print("|---|---|---|---:|---:|---:|")
+    total = 0.0
     for i, p in enumerate(r0["parts"]):
         col = lambda k: med([r["parts"][i][k] for r in rs if len(r["parts"]) > i])
+        total += col('p50_us')
         print(f"| {p['part']} | {p['what']} | {p['seed']} | {col('p50_us'):.3f} | {col('p90_us'):.3f} | {col('p99_us'):.3f} |")
     m = lambda k: med([r[k] for r in rs])
-    print(f"| **sum** | of the parts' p50 | | **{m('sum_p50_us'):.3f}** | | |")
-    print(f"| **measured** | one way, half the median round trip (traced run); sum / measured = {m('ratio'):.3f} (means: {m('ratio_mean'):.3f}) | | **{m('measured_oneway_us'):.3f}** | | |")
+    print(f"| **sum** | of the p50 column | | **{total:.3f}** | | |")
+    print(f"| **measured** | one way, half the median round trip of the traced runs; sum / measured = **{total / m('measured_oneway_us'):.3f}** (per run, sum of p50s / measured: {[r['ratio'] for r in rs]}; sum of means / mean: {[r['ratio_mean'] for r in rs]}) | | **{m('measured_oneway_us'):.3f}** | | |")
     print(f"| untraced | one way, tracing off | | {m('untraced_oneway_us'):.3f} | | |")
     if mode == "block":
         print(f"| wakeup | untraced one way blocking minus spinning | | {med([r['wakeup_us']['untraced'] for r in rs if r.get('wakeup_us')]):.3f} | | |")
