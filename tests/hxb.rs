@@ -304,3 +304,32 @@ fn a_relay_link_cut_mid_transfer() {
     let rails = &rail_bytes(&lines[0])[1];
     assert!(rails.iter().all(|&b| b > 0), "after the restore: {rails:?}");
 }
+
+/// A flat testbed with more rails than an address names (eight, as PM/Ethernet-HXB striped
+/// over up to nine): the launcher passes the flat plan (`hxb:2`, 8 links) and the ranks use
+/// every rail, the plan giving the peer's addresses beyond the sixth.
+#[test]
+fn a_flat_testbed_with_eight_rails_uses_them_all() {
+    if !util::skip::need_netns() {
+        return;
+    }
+    let _lock =
+        hx_demo::lock::BenchLock::acquire(Path::new(hx_demo::lock::BENCH_LOCK), &|| false).unwrap();
+    let name = format!("xf{}", std::process::id() % 1000);
+    let tb = Testbed::up(&TestbedSpec::new(&name, 2, 8).with_rate(Some("1gbit"))).unwrap();
+    let out = run(&tb, &["-n", "2", "--policy", "rr"])
+        .args(["bench", "stress", "--messages", "300", "--max-size", "256k"])
+        .args(["--seed", "11", "--json"])
+        .output()
+        .unwrap();
+    let lines = stress_summaries(&out, 2, 300);
+    for s in &lines {
+        let me = s["rank"].as_u64().unwrap() as usize;
+        let rails = &rail_bytes(s)[1 - me];
+        assert_eq!(rails.len(), 8, "{rails:?}");
+        assert!(
+            rails.iter().all(|&b| b > 0),
+            "a rail carried nothing: {rails:?}"
+        );
+    }
+}

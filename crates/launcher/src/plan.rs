@@ -356,18 +356,26 @@ fn check_net_hosts(list: &[u32], hosts: u32, prefix: &str) -> Result<(), PlanErr
 }
 
 /// HX_TOPOLOGY and HX_LINKS_PER_DIM for the ranks of a hyper-crossbar testbed, from its
-/// record, unless the user set HX_TOPOLOGY (here or with --env). A flat testbed needs none.
+/// record, unless the user set HX_TOPOLOGY or HX_RAILS (here or with --env). A flat testbed
+/// needs them only beyond the rails an address names (the plan gives the others).
 fn testbed_topology_env(prefix: &str, env: &[(String, String)]) -> Vec<(String, String)> {
-    let user_set =
-        std::env::var_os("HX_TOPOLOGY").is_some() || env.iter().any(|(k, _)| k == "HX_TOPOLOGY");
+    let user_set = |k: &str| std::env::var_os(k).is_some() || env.iter().any(|(n, _)| n == k);
+    if user_set("HX_TOPOLOGY") || user_set("HX_RAILS") {
+        return Vec::new();
+    }
     match hx_testbed::info(prefix) {
-        Ok(Some(info)) if info.topology.ndims() > 1 && !user_set => vec![
-            ("HX_TOPOLOGY".to_owned(), info.topology.spec()),
-            (
-                "HX_LINKS_PER_DIM".to_owned(),
-                info.topology.links_per_dim().to_string(),
-            ),
-        ],
+        Ok(Some(info))
+            if info.topology.ndims() > 1
+                || info.topology.nics_per_host() > hx_wire::ADDRESS_MAX_RAILS =>
+        {
+            vec![
+                ("HX_TOPOLOGY".to_owned(), info.topology.spec()),
+                (
+                    "HX_LINKS_PER_DIM".to_owned(),
+                    info.topology.links_per_dim().to_string(),
+                ),
+            ]
+        }
         _ => Vec::new(),
     }
 }
