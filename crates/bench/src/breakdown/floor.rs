@@ -344,67 +344,6 @@ pub fn open_page_file(path: &str) -> Result<File, String> {
         .map_err(|e| format!("{path}: {e}"))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::Ipv4Addr;
-
-    #[test]
-    fn listening_ports() {
-        let l = listen(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
-        let port = l.local_addr().unwrap().port();
-        assert!(listening(port));
-        drop(l);
-        assert!(!listening(port));
-    }
-
-    #[test]
-    fn tcp_floor_on_loopback() {
-        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        let l = listen(lo).unwrap();
-        let addr = l.local_addr().unwrap();
-        let t = std::thread::spawn(move || {
-            let mut s = accept(&l).unwrap();
-            tcp_pingpong(&mut s, false, 8, 50, 5, true).unwrap();
-            tcp_pingpong(&mut s, false, 8, 50, 5, false).unwrap()
-        });
-        let mut c = connect(lo, addr).unwrap();
-        let busy = tcp_pingpong(&mut c, true, 8, 50, 5, true).unwrap();
-        let block = tcp_pingpong(&mut c, true, 8, 50, 5, false).unwrap();
-        assert!(t.join().unwrap().is_empty());
-        assert_eq!((busy.len(), block.len()), (50, 50));
-        assert!(busy.iter().chain(&block).all(|&r| r > 0));
-    }
-
-    #[test]
-    fn cacheline_floor_between_threads() {
-        let (f, path) = create_page_file().unwrap();
-        let g = open_page_file(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
-        assert!(open_page_file("/etc/passwd").is_err());
-        let t = std::thread::spawn(move || {
-            let p = SharedPage::map(&g).unwrap();
-            p.pingpong(false, 1000, 100, 100).unwrap()
-        });
-        let p = SharedPage::map(&f).unwrap();
-        let v = p.pingpong(true, 1000, 100, 100).unwrap();
-        let q = t.join().unwrap();
-        assert!(q.is_empty());
-        assert_eq!(v.len(), 10);
-        assert!(v.iter().all(|&x| x > 0.0));
-        let g = open_page_file(&path);
-        assert!(g.is_err(), "unlinked");
-        let f2 = f.try_clone().unwrap();
-        let t = std::thread::spawn(move || {
-            let p = SharedPage::map(&f2).unwrap();
-            p.futex_pingpong(false, 200, 20).unwrap()
-        });
-        let w = p.futex_pingpong(true, 200, 20).unwrap();
-        assert!(t.join().unwrap().is_empty());
-        assert_eq!(w.len(), 200);
-    }
-}
-
 /// Whether `prog` is on PATH.
 pub fn have(prog: &str) -> bool {
     hx_testbed::proc::have(prog)
@@ -477,4 +416,65 @@ pub fn sockperf_client(remote: SocketAddr, busy: bool, secs: u32) -> Result<f64,
     );
     let s = crate::compare::parse::sockperf(&text)?;
     Ok(s.p50_us.unwrap_or(s.avg_us))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn listening_ports() {
+        let l = listen(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(listening(port));
+        drop(l);
+        assert!(!listening(port));
+    }
+
+    #[test]
+    fn tcp_floor_on_loopback() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let l = listen(lo).unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut s = accept(&l).unwrap();
+            tcp_pingpong(&mut s, false, 8, 50, 5, true).unwrap();
+            tcp_pingpong(&mut s, false, 8, 50, 5, false).unwrap()
+        });
+        let mut c = connect(lo, addr).unwrap();
+        let busy = tcp_pingpong(&mut c, true, 8, 50, 5, true).unwrap();
+        let block = tcp_pingpong(&mut c, true, 8, 50, 5, false).unwrap();
+        assert!(t.join().unwrap().is_empty());
+        assert_eq!((busy.len(), block.len()), (50, 50));
+        assert!(busy.iter().chain(&block).all(|&r| r > 0));
+    }
+
+    #[test]
+    fn cacheline_floor_between_threads() {
+        let (f, path) = create_page_file().unwrap();
+        let g = open_page_file(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(open_page_file("/etc/passwd").is_err());
+        let t = std::thread::spawn(move || {
+            let p = SharedPage::map(&g).unwrap();
+            p.pingpong(false, 1000, 100, 100).unwrap()
+        });
+        let p = SharedPage::map(&f).unwrap();
+        let v = p.pingpong(true, 1000, 100, 100).unwrap();
+        let q = t.join().unwrap();
+        assert!(q.is_empty());
+        assert_eq!(v.len(), 10);
+        assert!(v.iter().all(|&x| x > 0.0));
+        let g = open_page_file(&path);
+        assert!(g.is_err(), "unlinked");
+        let f2 = f.try_clone().unwrap();
+        let t = std::thread::spawn(move || {
+            let p = SharedPage::map(&f2).unwrap();
+            p.futex_pingpong(false, 200, 20).unwrap()
+        });
+        let w = p.futex_pingpong(true, 200, 20).unwrap();
+        assert!(t.join().unwrap().is_empty());
+        assert_eq!(w.len(), 200);
+    }
 }
