@@ -58,6 +58,10 @@ pub(crate) struct RxState {
     end: usize,
     pub(crate) cur: Option<Payload>,
     direct: bool,
+    /// The last frame with a payload had one larger than the staging area: read the next
+    /// header alone, so that its payload goes straight to its destination instead of partly
+    /// through the stage (a copy of up to the stage's size per chunk of a large message).
+    bulk: bool,
 }
 
 impl RxState {
@@ -68,6 +72,7 @@ impl RxState {
             end: 0,
             cur: None,
             direct: false,
+            bulk: false,
         }
     }
 
@@ -76,6 +81,7 @@ impl RxState {
         self.end = 0;
         self.cur = None;
         self.direct = false;
+        self.bulk = false;
     }
 
     /// An eager payload that was arriving when the rail broke.
@@ -118,6 +124,9 @@ impl<B: Buffer> Core<B> {
                     return s;
                 }
             }
+        }
+        if rx.bulk && rx.cur.is_none() && rx.end == 0 {
+            return &mut rx.stage[..HEADER_LEN];
         }
         if rx.end == rx.stage.len() {
             rx.stage.copy_within(rx.start..rx.end, 0);
@@ -186,6 +195,9 @@ impl<B: Buffer> Core<B> {
                 Err(err) => return Err(ProtoError::Wire { peer, rail, err }),
             };
             rx.start += hlen;
+            if h.payload_len > 0 {
+                rx.bulk = h.payload_len as usize >= rx.stage.len();
+            }
             self.handle_ack(peer, rail, h.ack)?;
             match self.handle_header(peer, rail, &h)? {
                 Some(p) if p.remaining > 0 => {
