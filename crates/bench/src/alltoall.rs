@@ -6,7 +6,9 @@
 //! barrier, the buffers are filled (and the receive buffers' pages touched) before the round's
 //! clock starts and checked after it stops, so a round after the first times the all-to-all's
 //! data movement alone; each rank prints its round times and the median of the rounds after the
-//! first as MB/s sent per rank ((ranks - 1) x size over that time).
+//! first as MB/s sent per rank ((ranks - 1) x size over that time), and the machine's idle and
+//! softirq share of CPU time over its timed parts (/proc/stat, which is global: on an emulated
+//! cluster of namespaces it says whether the cores or the links were the limit).
 
 use std::time::Instant;
 
@@ -34,6 +36,15 @@ pub struct AlltoallOpts {
 /// The pattern seed of the message from `from` to `to` in `round`.
 fn seed(from: u32, to: u32, round: usize) -> u64 {
     (from as u64) << 32 | (to as u64) << 8 | round as u64
+}
+
+/// `part` as a percentage of `whole` (0 when `whole` is 0).
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
 }
 
 /// The median of `v` (the mean of the middle two for an even count); `None` if empty.
@@ -66,6 +77,28 @@ fn check_round(
     Ok(())
 }
 
+/// The machine's CPU time from /proc/stat's `cpu` line: (total, idle + iowait, softirq), in
+/// ticks; zeros if it cannot be read.
+fn cpu_ticks() -> [u64; 3] {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    parse_cpu(&text)
+}
+
+/// (total, idle + iowait, softirq) from the text of /proc/stat.
+fn parse_cpu(text: &str) -> [u64; 3] {
+    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
+        return [0; 3];
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    [v.iter().sum(), at(3) + at(4), at(6)]
+}
+
 /// One round's buffers per peer, prepared ahead (`None`: made inside the timed part).
 type Prepared = Vec<Option<Vec<u8>>>;
 
@@ -95,6 +128,8 @@ pub fn run(o: &AlltoallOpts) -> Result<(), String> {
     let (me, size) = (e.rank(), e.size());
     let sockets_before = sockets();
     let mut round_s = Vec::new();
+    // Machine CPU ticks over the timed parts of the rounds after the first.
+    let mut ticks = [0u64; 3];
     for round in 0..o.rounds.max(1) {
         let peers: Vec<u32> = (1..size).map(|k| (me + k) % size).collect();
         let mk_send = |p: u32| {
@@ -111,6 +146,7 @@ pub fn run(o: &AlltoallOpts) -> Result<(), String> {
         } else {
             (vec![None; peers.len()], vec![None; peers.len()])
         };
+        let c0 = cpu_ticks();
         let t = Instant::now();
         let mut reqs = Vec::new();
         let mut recvs = Vec::new();
@@ -140,6 +176,12 @@ pub fn run(o: &AlltoallOpts) -> Result<(), String> {
         }
         e.wait_all(&reqs).map_err(|e| e.to_string())?;
         round_s.push(t.elapsed().as_secs_f64());
+        if o.throughput && round > 0 {
+            let c1 = cpu_ticks();
+            for i in 0..3 {
+                ticks[i] += c1[i].saturating_sub(c0[i]);
+            }
+        }
         check_round(me, round, len, got)?;
     }
     let sockets_after = sockets();
@@ -150,7 +192,8 @@ pub fn run(o: &AlltoallOpts) -> Result<(), String> {
         let sent = (size as usize - 1) * len;
         println!(
             "rank {me}: throughput: rounds_s {}; median of rounds after the first {later:.4} s, \
-             {sent} bytes sent: {:.1} MB/s per rank",
+             {sent} bytes sent: {:.1} MB/s per rank; machine idle {:.1}%, softirq {:.1}% \
+             (/proc/stat over the timed rounds after the first)",
             round_s
                 .iter()
                 .map(|s| format!("{s:.4}"))
@@ -160,7 +203,9 @@ pub fn run(o: &AlltoallOpts) -> Result<(), String> {
                 sent as f64 / later / 1e6
             } else {
                 0.0
-            }
+            },
+            pct(ticks[1], ticks[0]),
+            pct(ticks[2], ticks[0])
         );
     }
     println!(
@@ -192,5 +237,14 @@ mod tests {
         assert!(check_round(1, 3, 100, vec![(0, 100, b.clone())]).is_ok());
         assert!(check_round(1, 3, 100, vec![(0, 99, b.clone())]).is_err());
         assert!(check_round(1, 2, 100, vec![(0, 100, b)]).is_err());
+    }
+
+    #[test]
+    fn cpu_line() {
+        let stat = "cpu  10 1 20 300 4 0 50 0 0 0\ncpu0 5 0 10 150 2 0 25 0 0 0\n";
+        assert_eq!(parse_cpu(stat), [385, 304, 50]);
+        assert_eq!(parse_cpu("intr 1\n"), [0; 3]);
+        assert_eq!(pct(1, 4), 25.0);
+        assert_eq!(pct(1, 0), 0.0);
     }
 }
