@@ -126,7 +126,7 @@ impl<B: Buffer> Core<B> {
             return 0;
         }
         if self.peers[peer as usize].rails[rail].tx.is_empty() {
-            self.pull(peer, rail);
+            self.pull_turn(peer, rail, out.len() / 2);
         }
         // Frames not started yet carry the freshest acknowledgement.
         let r = &mut self.peers[peer as usize].rails[rail];
@@ -394,26 +394,54 @@ impl<B: Buffer> Core<B> {
         }
     }
 
-    /// Adaptive: `rail` has room; give it the next chunk. Chunks shrink towards a message's end
-    /// (guided self-scheduling) so that all rails finish together.
-    fn pull(&mut self, peer: Rank, rail: usize) {
+    /// Adaptive: `rail` has room and nothing queued; it pulls work. Chunks shrink towards a
+    /// message's end (guided self-scheduling) so that all rails finish together.
+    ///
+    /// How much per turn: a lone rail takes whole chunks, up to `max_chunk` bytes, in one
+    /// write. Several rails: while the others have room too (fast links: the CPU, not the wire,
+    /// is the limit), a turn takes one chunk of each waiting message, up to `max_chunk` bytes,
+    /// so medium-size messages still leave over every rail but with one write per turn instead
+    /// of one per chunk; when every other rail's socket is full (the wire is the limit), one
+    /// chunk only, so that a slow rail never holds work a faster one would have pulled.
+    /// At most `slots` chunks (each takes two iovecs).
+    fn pull_turn(&mut self, peer: Rank, rail: usize, slots: usize) {
+        let (min, max) = (self.cfg.min_chunk, self.cfg.max_chunk);
         let p = &mut self.peers[peer as usize];
         let rails = p.rails.iter().filter(|r| r.up).count().max(1);
-        let Some(job) = p.pull_q.front_mut() else {
-            return;
+        let others_full = p
+            .rails
+            .iter()
+            .enumerate()
+            .all(|(i, r)| i == rail || !r.up || !r.tx.is_empty());
+        let limit = if rails > 1 && others_full {
+            1
+        } else {
+            slots.max(1)
         };
-        let left = job.end - job.next;
-        let n = (left / (2 * rails))
-            .clamp(self.cfg.min_chunk, self.cfg.max_chunk)
-            .min(left);
-        let item = data_item(job.req, job.seq, job.next, n, job.next + n == job.end);
-        job.next += n;
-        if job.next == job.end {
-            p.pull_q.pop_front();
+        // A lone rail takes all it can write at once; several share by `max_chunk`.
+        let budget = if rails == 1 { usize::MAX } else { max / rails };
+        let (mut taken, mut chunks, mut i) = (0, 0, 0);
+        while i < p.pull_q.len() && chunks < limit && taken < budget {
+            let job = &mut p.pull_q[i];
+            let left = job.end - job.next;
+            let n = if rails == 1 {
+                left.min(max)
+            } else {
+                (left / (2 * rails)).clamp(min, max).min(left)
+            };
+            let item = data_item(job.req, job.seq, job.next, n, job.next + n == job.end);
+            job.next += n;
+            if job.next == job.end {
+                p.pull_q.remove(i);
+            } else if rails > 1 {
+                i += 1;
+            }
+            let r = &mut p.rails[rail];
+            r.queued += item.total_len();
+            r.tx.push_back(item);
+            taken += n;
+            chunks += 1;
         }
-        let r = &mut p.rails[rail];
-        r.queued += item.total_len();
-        r.tx.push_back(item);
     }
 
     /// Queues an explicit acknowledgement on `rail`, ahead of queued data.
@@ -533,4 +561,87 @@ fn data_item(req: ReqId, seq: u64, off: usize, len: usize, last: bool) -> TxItem
         h.flags |= FLAG_ACK_REQ;
     }
     TxItem::new(h, Body::Req(req, off, len), None)
+}
+
+#[cfg(test)]
+mod pull_tests {
+    use super::*;
+    use crate::Config;
+
+    /// A core with one peer over `rails` rails (all up) and `jobs` messages of `len` bytes
+    /// waiting to be pulled (request ids need not exist: only the chunking is looked at).
+    fn core(rails: usize, jobs: usize, len: usize) -> Core<Vec<u8>> {
+        let cfg = Config {
+            policy: Policy::Adaptive,
+            ..Config::default()
+        };
+        let mut c = Core::new(0, 2, cfg);
+        c.set_rails(1, rails);
+        for j in 0..jobs {
+            c.peers[1].pull_q.push_back(PullJob {
+                req: ReqId::from_u64(j as u64),
+                seq: j as u64,
+                next: 0,
+                end: len,
+            });
+        }
+        c
+    }
+
+    /// (seq, offset, length) of the chunks queued on `rail`.
+    fn chunks(c: &Core<Vec<u8>>, rail: usize) -> Vec<(u64, u64, usize)> {
+        c.peers[1].rails[rail]
+            .tx
+            .iter()
+            .map(|i| {
+                let (h, _) = FrameHeader::parse(&i.hdr).unwrap();
+                (h.seq, h.value, i.payload_len())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_rail_takes_whole_chunks_of_every_message_in_one_turn() {
+        let mut c = core(1, 3, 600 * 1024);
+        c.pull_turn(1, 0, 32);
+        let k = 256 * 1024;
+        let want: Vec<(u64, u64, usize)> = (0..3u64)
+            .flat_map(|s| [(s, 0, k), (s, k as u64, k), (s, 2 * k as u64, 88 * 1024)])
+            .collect();
+        assert_eq!(chunks(&c, 0), want);
+        assert!(c.peers[1].pull_q.is_empty());
+    }
+
+    #[test]
+    fn with_company_a_turn_takes_one_chunk_of_each_message_up_to_a_share() {
+        // 4 rails, 64 KiB messages: 16 KiB chunks (64K / 8, at least min_chunk), one per
+        // message, 64 KiB (max_chunk / rails) per turn.
+        let mut c = core(4, 10, 64 * 1024);
+        c.pull_turn(1, 0, 32);
+        let got = chunks(&c, 0);
+        assert_eq!(
+            got,
+            (0..4u64).map(|s| (s, 0, 16 * 1024)).collect::<Vec<_>>()
+        );
+        // The next rail takes the second chunks of the same messages: each leaves on every rail.
+        c.pull_turn(1, 1, 32);
+        let got = chunks(&c, 1);
+        assert_eq!(
+            got,
+            (0..4u64)
+                .map(|s| (s, 16 * 1024, 16 * 1024))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn when_every_other_rail_is_full_a_turn_takes_one_chunk() {
+        let mut c = core(3, 10, 64 * 1024);
+        c.pull_turn(1, 1, 32);
+        c.pull_turn(1, 2, 32);
+        // Rails 1 and 2 hold unwritten chunks (full sockets): rail 0 takes one chunk only, so
+        // a slow rail never sits on work a faster one would pull.
+        c.pull_turn(1, 0, 32);
+        assert_eq!(chunks(&c, 0).len(), 1);
+    }
 }
