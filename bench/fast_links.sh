@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Every striping policy on fast links (issue 10): a 2-host testbed with unlimited rails
+# (`--rate none`: the CPU, not the wire, is the limit), `hxcomm bench bw` one way from 64 KiB to
+# 4 MiB, RUNS interleaved runs per policy, for 1 and 4 rails. Prints the medians as a markdown
+# table (MB/s and CPU-s per GB) with each policy's ratio to the fastest, and the raw runs.
+#
+#   sudo RUNS=3 bench/fast_links.sh            # RAILS="1 4" SIZES=64k:4M HXCOMM=target/release/hxcomm
+#
+# Takes /tmp/hxcomm-bench.lock for the whole run (the machine has 2 cores: one measurement at
+# a time) and brings its testbed (`fl`) down on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-3}
+RAILS=${RAILS:-"1 4"}
+SIZES=${SIZES:-64k:4M}
+H=$(realpath "${HXCOMM:-target/release/hxcomm}")
+NAME=fl
+POLICIES="adaptive stripe rr bind"
+raw=$(mktemp)
+trap '"$H" net down --name $NAME >/dev/null 2>&1 || true; rm -f "$raw"' EXIT
+
+exec 9>/tmp/hxcomm-bench.lock
+flock 9
+
+for r in $RAILS; do
+  "$H" net up --name $NAME --hosts 2 --rails "$r" --rate none >/dev/null
+  for i in $(seq "$RUNS"); do
+    for p in $POLICIES; do
+      "$H" run --net --name $NAME -n 2 --policy "$p" -- "$H" bench bw --sizes "$SIZES" --json |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    if line.startswith("{"):
+        d = json.loads(line)
+        print(sys.argv[1], sys.argv[2], sys.argv[3], d["bytes"], d["mb_per_s"], d["cpu_s_per_gb"])
+' "$r" "$i" "$p" >>"$raw"
+    done
+  done
+  "$H" net down --name $NAME >/dev/null
+done
+
+echo "# hxcomm bench bw, unlimited rails, medians of $RUNS runs ($(date -u +%F), $(git rev-parse --short HEAD))"
+python3 - "$raw" "$POLICIES" <<'EOF'
+import statistics, sys
+from collections import defaultdict
+raw, policies = sys.argv[1], sys.argv[2].split()
+bw, cpu = defaultdict(list), defaultdict(list)
+for line in open(raw):
+    r, _, p, size, mbs, c = line.split()
+    bw[(r, p, int(size))].append(float(mbs))
+    cpu[(r, p, int(size))].append(float(c))
+for r in sorted({k[0] for k in bw}, key=int):
+    sizes = sorted({k[2] for k in bw if k[0] == r})
+    print(f"\n{r} rail(s): MB/s (CPU-s/GB), adaptive / fastest fixed policy\n")
+    print("| size | " + " | ".join(policies) + " | adaptive / best |")
+    print("|---:|" + "---:|" * (len(policies) + 1))
+    for s in sizes:
+        med = {p: statistics.median(bw[(r, p, s)]) for p in policies}
+        cells = [f"{med[p]:.0f} ({statistics.median(cpu[(r, p, s)]):.2f})" for p in policies]
+        best = max(med[p] for p in policies if p != "adaptive")
+        label = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
+        print(f"| {label} | " + " | ".join(cells) + f" | {med['adaptive'] / best:.2f} |")
+print("\nraw runs (rails run policy bytes MB/s CPU-s/GB):")
+print(open(raw).read(), end="")
+EOF
