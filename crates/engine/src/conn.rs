@@ -72,6 +72,8 @@ pub(crate) struct RailSlot {
     pub attempting: bool,
     /// A failed attempt was reported (once, until the rail connects).
     pub warned: bool,
+    /// The rail has been connected before (a new connection brings it back).
+    pub was_up: bool,
 }
 
 impl RailSlot {
@@ -87,6 +89,7 @@ impl RailSlot {
             next_retry: Instant::now(),
             attempting: false,
             warned: false,
+            was_up: false,
         }
     }
 }
@@ -236,6 +239,14 @@ impl Engine {
             return;
         }
         self.peers[p].wanted = true;
+        // A rail counts as down from the first attempt on, so that HX_RANK_TIMEOUT runs from
+        // there: a peer whose kernel accepts but whose process never answers (stopped, hung)
+        // fails after HX_RANK_TIMEOUT, not after HX_CONNECT_TIMEOUT plus HX_RANK_TIMEOUT.
+        for r in &mut self.peers[p].rails {
+            if r.link.is_none() {
+                r.down_since.get_or_insert(now);
+            }
+        }
         for rail in 0..self.peers[p].rails.len() {
             let r = &self.peers[p].rails[rail];
             if r.link.is_some()
@@ -483,17 +494,19 @@ impl Engine {
         r.blocked = false;
         r.mine = mine;
         r.gone = false;
-        if std::mem::take(&mut r.warned) && r.down_since.is_none() {
+        let warned = std::mem::take(&mut r.warned);
+        let down_for = r.down_since.take().map(|t| t.elapsed().as_secs_f64());
+        if std::mem::replace(&mut r.was_up, true) {
+            if let Some(secs) = down_for {
+                info!(
+                    "hxcomm {whoami}: rail {} to {who} is back after {secs:.1} s",
+                    r.label
+                );
+            }
+        } else if warned {
             info!(
                 "hxcomm {whoami}: rail {} to {who} is connected now",
                 r.label
-            );
-        }
-        if let Some(since) = r.down_since.take() {
-            info!(
-                "hxcomm {whoami}: rail {} to {who} is back after {:.1} s",
-                r.label,
-                since.elapsed().as_secs_f64()
             );
         }
         self.core.rail_up(peer, rail);

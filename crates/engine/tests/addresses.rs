@@ -250,3 +250,36 @@ fn silent_local_connections_are_bounded_and_do_not_keep_peers_out() {
     drop(strangers);
     a.finalize().unwrap();
 }
+
+/// A peer whose kernel accepts the connection but whose process never answers (it does not
+/// progress: stopped, hung, busy): a send to it fails after HX_RANK_TIMEOUT counted from the
+/// first attempt, not after the connection attempt's own timeout (HX_CONNECT_TIMEOUT) first.
+#[test]
+fn a_peer_that_never_answers_fails_after_the_rank_timeout() {
+    let (tx, rx) = mpsc::channel::<[u8; 64]>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let silent = std::thread::spawn(move || {
+        let mut e = Engine::open(settings(false, 1), SECRET, None).unwrap();
+        e.open_endpoint(1).unwrap();
+        tx.send(e.address(1)).unwrap();
+        // Listening, never progressing, until the test is over.
+        let _ = done_rx.recv_timeout(Duration::from_secs(60));
+        drop(e);
+    });
+    let mut s = settings(false, 1);
+    s.connect_timeout = Duration::from_secs(30);
+    s.rank_timeout = Duration::from_secs(2);
+    let mut e = Engine::open(s, SECRET, None).unwrap();
+    e.open_endpoint(1).unwrap();
+    let (p, _) = e.insert(&rx.recv().unwrap()).unwrap();
+    let t = std::time::Instant::now();
+    let err = e.send(1, p, 1, 1, b"hello?").unwrap_err().to_string();
+    let took = t.elapsed();
+    done_tx.send(()).unwrap();
+    silent.join().unwrap();
+    assert!(err.contains("HX_RANK_TIMEOUT"), "{err}");
+    assert!(
+        took < Duration::from_secs(10),
+        "failed after {took:?}: the rank timeout did not count from the first attempt"
+    );
+}
