@@ -128,7 +128,9 @@ mod tests {
     #[test]
     fn every_setting_has_both_names() {
         let all = settings();
-        assert_eq!(all.len(), 17);
+        assert_eq!(all.len(), 19);
+        assert!(all.iter().any(|(n, _)| n == "topology"));
+        assert!(all.iter().any(|(n, _)| n == "links_per_dim"));
         assert!(all
             .iter()
             .any(|(n, m)| n == "bulk_wait_us" && m.ends_with("(default 1000)")));
