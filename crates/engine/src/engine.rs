@@ -709,16 +709,18 @@ impl Engine {
         }
     }
 
-    /// Makes progress once; returns the status if `req` is done (and releases it).
+    /// Makes progress once; returns the status if `req` is done (and releases it). When it is
+    /// not, [`fd`](Self::fd) is ready to sleep on afterwards (as after [`progress`](Self::progress));
+    /// when it is, nothing is armed (that would cost syscalls for a wakeup nobody waits for).
     pub fn test(&mut self, req: Request) -> Result<Option<Status>, Error> {
         if !self.known(req)? {
-            self.progress()?;
+            self.progress_once(0)?;
+            if !self.known(req)? {
+                self.arm_for_wait()?;
+                return Ok(None);
+            }
         }
-        if self.known(req)? {
-            self.finish(req).map(|(st, _)| Some(st))
-        } else {
-            Ok(None)
-        }
+        self.finish(req).map(|(st, _)| Some(st))
     }
 
     /// Waits until `req` completes and releases it.
