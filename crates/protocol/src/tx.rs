@@ -397,13 +397,13 @@ impl<B: Buffer> Core<B> {
     /// Adaptive: `rail` has room and nothing queued; it pulls work. Chunks shrink towards a
     /// message's end (guided self-scheduling) so that all rails finish together.
     ///
-    /// How much per turn: a lone rail takes whole chunks, up to `max_chunk` bytes, in one
-    /// write. Several rails: while the others have room too (fast links: the CPU, not the wire,
-    /// is the limit), a turn takes one chunk of each waiting message, up to `max_chunk` bytes,
-    /// so medium-size messages still leave over every rail but with one write per turn instead
-    /// of one per chunk; when every other rail's socket is full (the wire is the limit), one
-    /// chunk only, so that a slow rail never holds work a faster one would have pulled.
-    /// At most `slots` chunks (each takes two iovecs).
+    /// How much per turn: a lone rail takes whole chunks (`max_chunk` each) of everything
+    /// waiting, in one write. Several rails: while the others have room too (fast links: the
+    /// CPU, not the wire, is the limit), a turn takes one chunk of each waiting message, up to
+    /// `max_chunk / rails` bytes, so medium-size messages still leave over every rail but with
+    /// one write per turn instead of one per chunk; when every other rail's socket is full (the
+    /// wire is the limit), one chunk only, so that a slow rail never holds work a faster one
+    /// would have pulled. At most `slots` chunks (each takes two iovecs).
     fn pull_turn(&mut self, peer: Rank, rail: usize, slots: usize) {
         let (min, max) = (self.cfg.min_chunk, self.cfg.max_chunk);
         let p = &mut self.peers[peer as usize];
@@ -418,7 +418,6 @@ impl<B: Buffer> Core<B> {
         } else {
             slots.max(1)
         };
-        // A lone rail takes all it can write at once; several share by `max_chunk`.
         let budget = if rails == 1 { usize::MAX } else { max / rails };
         let (mut taken, mut chunks, mut i) = (0, 0, 0);
         while i < p.pull_q.len() && chunks < limit && taken < budget {
