@@ -81,6 +81,19 @@ fn rail_bytes(summary: &serde_json::Value) -> Vec<Vec<u64>> {
         .collect()
 }
 
+/// Both ranks of a 2-rank stress run had `rails` rails to each other, and each carried bytes.
+fn assert_every_rail_carried(lines: &[serde_json::Value], rails: usize) {
+    for s in lines {
+        let me = s["rank"].as_u64().unwrap() as usize;
+        let r = &rail_bytes(s)[1 - me];
+        assert_eq!(r.len(), rails, "rank {me}: {r:?}");
+        assert!(
+            r.iter().all(|&b| b > 0),
+            "rank {me}: a rail (path) carried nothing: {r:?}"
+        );
+    }
+}
+
 /// Eight ranks, one per host: random validated traffic between all of them under every
 /// policy. Each pair has one rail per disjoint path (2 per dimension in which the hosts
 /// differ: 2, 4 or 6), every pair exchanged bytes, and under rr every path carried some.
@@ -150,15 +163,7 @@ fn opposite_corners_with_no_rank_on_the_relays() {
     .output()
     .unwrap();
     let lines = stress_summaries(&out, 2, 300);
-    for s in &lines {
-        let me = s["rank"].as_u64().unwrap() as usize;
-        let rails = &rail_bytes(s)[1 - me];
-        assert_eq!(rails.len(), 6, "{rails:?}");
-        assert!(
-            rails.iter().all(|&b| b > 0),
-            "a path carried nothing: {rails:?}"
-        );
-    }
+    assert_every_rail_carried(&lines, 6);
     let bw = run(&tb, &["-n", "2", "--net-hosts", "0,7"])
         .args([
             "bench",
@@ -213,7 +218,7 @@ fn relays_whose_processes_are_stopped_still_forward() {
     let _ = other.kill();
     let _ = other.wait();
     let lines = stress_summaries(&out, 2, 400);
-    assert!(rail_bytes(&lines[0])[1].iter().all(|&b| b > 0), "{lines:?}");
+    assert_every_rail_carried(&lines, 6);
     assert!(
         util::no_process_with(&marker, Duration::from_secs(10)),
         "the other job's ranks were left behind"
@@ -301,8 +306,7 @@ fn a_relay_link_cut_mid_transfer() {
         .output()
         .unwrap();
     let lines = stress_summaries(&out, 2, 200);
-    let rails = &rail_bytes(&lines[0])[1];
-    assert!(rails.iter().all(|&b| b > 0), "after the restore: {rails:?}");
+    assert_every_rail_carried(&lines, 6);
 }
 
 /// A flat testbed with more rails than an address names (eight, as PM/Ethernet-HXB striped
@@ -323,13 +327,5 @@ fn a_flat_testbed_with_eight_rails_uses_them_all() {
         .output()
         .unwrap();
     let lines = stress_summaries(&out, 2, 300);
-    for s in &lines {
-        let me = s["rank"].as_u64().unwrap() as usize;
-        let rails = &rail_bytes(s)[1 - me];
-        assert_eq!(rails.len(), 8, "{rails:?}");
-        assert!(
-            rails.iter().all(|&b| b > 0),
-            "a rail carried nothing: {rails:?}"
-        );
-    }
+    assert_every_rail_carried(&lines, 8);
 }
