@@ -716,8 +716,11 @@ impl Engine {
         if !self.known(req)? {
             self.progress_once(0)?;
             if !self.known(req)? {
+                // Arming looks at the rings once more and may complete it after all.
                 self.arm_for_wait()?;
-                return Ok(None);
+                if !self.known(req)? {
+                    return Ok(None);
+                }
             }
         }
         self.finish(req).map(|(st, _)| Some(st))
