@@ -12,7 +12,8 @@
  * Rank 0 prints one line per test:
  *   MPI_OSU bench=bw bytes=4194304 iterations=9 window=64 mb_per_s=476.12 usec=0 cpu_s=1.23
  *     cpu_s_per_gb=0.51 host0=NAME host1=NAME
- * where MB = 10^6 bytes and cpu_s is the user+system time of both ranks over the timed loop.
+ * where MB = 10^6 bytes and cpu_s is the user+system time of both ranks over the timed loop
+ * (warmup iterations excluded).
  *
  * With MPI_OSU_VALIDATE=1 in the environment, bw and bibw send a different pattern from each
  * window slot, stamped with the iteration, into a buffer per slot, and the receiver checks every
@@ -67,14 +68,21 @@ static int parse_test(const char *s, struct test *t)
     return 0;
 }
 
+/* CPU seconds at the start of the timed iterations: the warmup's CPU is not counted, as its
+ * bytes are not. */
+static double cpu_start;
+
 /* Returns the elapsed seconds of the timed iterations (rank 0's view). */
 static double run_latency(const struct test *t, int rank, char *sbuf, char *rbuf)
 {
     int peer = 1 - rank;
     double start = MPI_Wtime();
+    cpu_start = cpu_seconds();
     for (int i = 0; i < t->iters + t->warmup; i++) {
-        if (i == t->warmup)
+        if (i == t->warmup) {
             start = MPI_Wtime();
+            cpu_start = cpu_seconds();
+        }
         if (rank == 0) {
             MPI_Send(sbuf, (int)t->bytes, MPI_CHAR, peer, TAG_DATA, MPI_COMM_WORLD);
             MPI_Recv(rbuf, (int)t->bytes, MPI_CHAR, peer, TAG_DATA, MPI_COMM_WORLD,
@@ -141,10 +149,13 @@ static double run_bw(const struct test *t, int rank, int bidir, char *sbuf, char
             MPI_Abort(MPI_COMM_WORLD, 3);
     }
     double start = MPI_Wtime();
+    cpu_start = cpu_seconds();
     for (int i = 0; i < t->iters + t->warmup; i++) {
         int n = 0;
-        if (i == t->warmup)
+        if (i == t->warmup) {
             start = MPI_Wtime();
+            cpu_start = cpu_seconds();
+        }
         if (recvs)
             for (int w = 0; w < t->window; w++)
                 MPI_Irecv(validate ? (char *)rb[w] : rbuf, (int)t->bytes, MPI_CHAR, peer,
@@ -214,13 +225,12 @@ int main(int argc, char **argv)
         memset(sbuf, 'a' + rank, n);
         memset(rbuf, 0, n);
         MPI_Barrier(MPI_COMM_WORLD);
-        double cpu0 = cpu_seconds();
         double secs;
         if (!strcmp(t.name, "latency"))
             secs = run_latency(&t, rank, sbuf, rbuf);
         else
             secs = run_bw(&t, rank, !strcmp(t.name, "bibw"), sbuf, rbuf, reqs, stats);
-        double cpu = cpu_seconds() - cpu0, cpu_total = 0;
+        double cpu = cpu_seconds() - cpu_start, cpu_total = 0;
         MPI_Reduce(&cpu, &cpu_total, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
         if (rank == 0) {
             double moved, mbps = 0, usec = 0;

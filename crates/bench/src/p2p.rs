@@ -39,6 +39,35 @@ fn cpu_seconds() -> f64 {
     t(ru.user_time()) + t(ru.system_time())
 }
 
+/// Wall and CPU seconds of the timed iterations (the warmup excluded from both, so CPU per
+/// byte divides the CPU of the bytes it counts).
+struct Timed {
+    secs: f64,
+    cpu: f64,
+}
+
+/// Marks the start of the timed iterations.
+struct Clock {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl Clock {
+    fn start() -> Self {
+        Clock {
+            wall: Instant::now(),
+            cpu: cpu_seconds(),
+        }
+    }
+
+    fn stop(&self) -> Timed {
+        Timed {
+            secs: self.wall.elapsed().as_secs_f64(),
+            cpu: cpu_seconds() - self.cpu,
+        }
+    }
+}
+
 fn err(e: hx_engine::Error) -> String {
     e.to_string()
 }
@@ -86,14 +115,12 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
         if !active {
             continue;
         }
-        let cpu0 = cpu_seconds();
-        let secs = match kind {
+        let Timed { secs, cpu } = match kind {
             Kind::Latency => latency(&mut e, me, peer, size, iters, warmup, o.validate)?,
             Kind::Bw | Kind::Bibw => bandwidth(
                 &mut e, kind, me, peer, size, window, iters, warmup, o.validate, o.timeline,
             )?,
         };
-        let cpu = cpu_seconds() - cpu0;
         // Rank 1 reports its CPU time so rank 0 can print the pair's cost per byte.
         let mut peer_cpu = [0u8; 8];
         if me == 1 {
@@ -161,14 +188,14 @@ fn latency(
     iters: u32,
     warmup: u32,
     validate: bool,
-) -> Result<f64, String> {
+) -> Result<Timed, String> {
     let mut sbuf = vec![0u8; size];
     let mut rbuf = vec![0u8; size];
     pattern::fill(&mut sbuf, size as u64);
-    let mut start = Instant::now();
+    let mut clock = Clock::start();
     for i in 0..iters + warmup {
         if i == warmup {
-            start = Instant::now();
+            clock = Clock::start();
         }
         if validate {
             pattern::fill(
@@ -190,7 +217,7 @@ fn latency(
             verify(&rbuf, seed, &format!("latency {size} B iteration {i}"))?;
         }
     }
-    Ok(start.elapsed().as_secs_f64())
+    Ok(clock.stop())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -205,7 +232,7 @@ fn bandwidth(
     warmup: u32,
     validate: bool,
     timeline: bool,
-) -> Result<f64, String> {
+) -> Result<Timed, String> {
     // Without validation one buffer per direction serves the whole window, as in OSU.
     let slots = if validate { window } else { 1 };
     let mut sbufs: Vec<Vec<u8>> = (0..slots).map(|_| vec![0u8; size]).collect();
@@ -217,11 +244,11 @@ fn bandwidth(
     };
     let mut reqs: Vec<Request> = Vec::with_capacity(2 * window);
     let mut ack = [0u8; 4];
-    let mut start = Instant::now();
+    let mut clock = Clock::start();
     let mut last = Instant::now();
     for it in 0..iters + warmup {
         if it == warmup {
-            start = Instant::now();
+            clock = Clock::start();
         }
         if timeline && me == 0 && it > 0 {
             let now = std::time::SystemTime::now()
@@ -276,5 +303,5 @@ fn bandwidth(
             }
         }
     }
-    Ok(start.elapsed().as_secs_f64())
+    Ok(clock.stop())
 }
