@@ -403,17 +403,197 @@ pub struct Part {
     pub summary: Summary,
 }
 
-/// The chain of stamps for `shm`/TCP in `mode`, the parts' samples, and the samples dropped
-/// (a stamp missing).
+/// A population of fewer messages than this is not summarised (no median of 3).
+pub const MIN_SUMMARISED: usize = 20;
+
+/// Whether the receiver slept for a message (blocking mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Receiver {
+    /// It slept in poll and the message's arrival woke it.
+    Slept,
+    /// It found the message without sleeping for it (no poll, or one that returned before the
+    /// message was there): its wakeup is 0.
+    Awake,
+}
+
+impl Receiver {
+    fn name(self) -> &'static str {
+        match self {
+            Receiver::Slept => "slept",
+            Receiver::Awake => "awake",
+        }
+    }
+}
+
+/// The parts of one set of messages along one chain of stamps, and the messages' own one-way
+/// times (per message, from the first stamp to the last).
+#[derive(Debug)]
+pub struct Population {
+    pub chain: Vec<usize>,
+    pub parts: Vec<Part>,
+    /// Per message: the last stamp minus the first (isend to done).
+    pub total: Summary,
+    pub used: usize,
+    /// Messages with a stamp of the chain missing.
+    pub dropped: usize,
+}
+
+impl Population {
+    fn of<'a>(msgs: impl Iterator<Item = &'a Points>, chain: Vec<usize>) -> Population {
+        let mut parts: Vec<Vec<i64>> = vec![Vec::new(); chain.len().saturating_sub(1)];
+        let mut totals = Vec::new();
+        let mut dropped = 0;
+        for m in msgs {
+            if !chain.iter().all(|&p| m[p] != 0) {
+                dropped += 1;
+                continue;
+            }
+            for (i, w) in chain.windows(2).enumerate() {
+                parts[i].push(m[w[1]] as i64 - m[w[0]] as i64);
+            }
+            totals.push(m[DONE] as i64 - m[ISEND] as i64);
+        }
+        let parts = chain
+            .windows(2)
+            .zip(parts.iter_mut())
+            .map(|(w, v)| Part {
+                from: w[0],
+                to: w[1],
+                summary: Summary::of(v),
+            })
+            .collect();
+        Population {
+            chain,
+            parts,
+            used: totals.len(),
+            total: Summary::of(&mut totals),
+            dropped,
+        }
+    }
+
+    /// Enough messages for medians and percentiles to mean something.
+    pub fn summarised(&self) -> bool {
+        self.used >= MIN_SUMMARISED
+    }
+
+    fn sum_p50(&self) -> f64 {
+        self.parts.iter().map(|p| p.summary.p50).sum()
+    }
+
+    fn sum_mean(&self) -> f64 {
+        self.parts.iter().map(|p| p.summary.mean).sum()
+    }
+
+    /// Sum of the parts' medians over the median of the same messages' one-way times.
+    fn ratio(&self) -> f64 {
+        div(self.sum_p50(), self.total.p50)
+    }
+
+    fn by_seed(&self) -> Vec<(&'static str, f64)> {
+        SEED_TERMS
+            .iter()
+            .map(|(t, _)| {
+                let s = self
+                    .parts
+                    .iter()
+                    .filter(|p| describe(p.from, p.to).1 == *t)
+                    .map(|p| p.summary.p50)
+                    .sum::<f64>();
+                // An empty sum is -0.0.
+                (*t, s + 0.0)
+            })
+            .collect()
+    }
+
+    fn parts_json(&self) -> Vec<serde_json::Value> {
+        self.parts
+            .iter()
+            .map(|p| {
+                let (what, seed) = describe(p.from, p.to);
+                json!({
+                    "part": format!("{}-{}", POINT_NAMES[p.from], POINT_NAMES[p.to]),
+                    "what": what, "seed": seed,
+                    "p50_us": us(p.summary.p50), "p90_us": us(p.summary.p90),
+                    "p99_us": us(p.summary.p99), "mean_us": us(p.summary.mean),
+                })
+            })
+            .collect()
+    }
+
+    fn seed_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.by_seed()
+            .into_iter()
+            .map(|(t, v)| (t.to_string(), json!(us(v))))
+            .collect()
+    }
+
+    /// One population of a blocking run: its own parts and its own one-way total, or, with
+    /// fewer than [`MIN_SUMMARISED`] messages, only its count.
+    fn json(&self, receiver: Receiver, of: usize) -> serde_json::Value {
+        let chain: Vec<_> = self.chain.iter().map(|&p| POINT_NAMES[p]).collect();
+        let head = json!({
+            "receiver": receiver.name(), "messages": self.used, "dropped": self.dropped,
+            "fraction": round3(div(self.used as f64, of as f64)), "chain": chain,
+            "summarised": self.summarised(),
+        });
+        let mut o = head.as_object().cloned().unwrap_or_default();
+        if !self.summarised() {
+            o.insert(
+                "note".into(),
+                json!(format!(
+                    "{} messages: too few to summarise (fewer than {MIN_SUMMARISED})",
+                    self.used
+                )),
+            );
+            return o.into();
+        }
+        let ratio = self.ratio();
+        let rm = div(self.sum_mean(), self.total.mean);
+        let rest = json!({
+            "parts": self.parts_json(), "seed_terms_p50_us": self.seed_json(),
+            "sum_p50_us": us(self.sum_p50()),
+            "total_p50_us": us(self.total.p50), "total_p90_us": us(self.total.p90),
+            "total_p99_us": us(self.total.p99), "total_mean_us": us(self.total.mean),
+            "total": "per message, isend to done, these messages only",
+            "ratio": round3(ratio), "within_10pct": within_10pct(ratio),
+            "sum_mean_us": us(self.sum_mean()), "ratio_mean": round3(rm),
+            "within_10pct_mean": within_10pct(rm),
+        });
+        o.extend(rest.as_object().cloned().unwrap_or_default());
+        o.into()
+    }
+}
+
+/// `a / b`, 0 when `b` is not positive.
+fn div(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
+}
+
+fn within_10pct(ratio: f64) -> bool {
+    (ratio - 1.0).abs() <= 0.10
+}
+
+/// The chain of stamps for `shm`/TCP in `mode`, the parts over all messages, and, blocking,
+/// over the messages the receiver slept for and those that found it awake apart.
 #[derive(Debug)]
 pub struct Breakdown {
     pub chain: Vec<usize>,
-    pub parts: Vec<Part>,
-    pub total: Summary,
-    pub used: usize,
-    pub dropped: usize,
+    /// All messages; blocking, those that found the receiver awake count 0 for the wakeup.
+    pub all: Population,
     /// Messages the receiver slept for (blocking mode).
     pub slept: Option<usize>,
+    /// Blocking mode: the messages the receiver slept for (the whole chain) and those that
+    /// found it awake (the chain without the wakeup stamp), each broken down on its own: the
+    /// medians of the two mixed do not add up.
+    pub split: Option<[Population; 2]>,
     pub missing: Vec<(usize, usize)>,
 }
 
@@ -439,48 +619,38 @@ fn analyse(msgs: &[Points], shm: bool, mode: Mode) -> Breakdown {
         }
         keep
     });
-    let mut parts: Vec<Vec<i64>> = vec![Vec::new(); chain.len().saturating_sub(1)];
-    let mut totals = Vec::new();
-    let mut dropped = 0;
-    let mut slept = 0;
     let wake_at = chain.iter().position(|&p| p == WAKE).filter(|&i| i > 0);
+    let Some(i) = wake_at else {
+        return Breakdown {
+            all: Population::of(msgs.iter(), chain.clone()),
+            chain,
+            slept: None,
+            split: None,
+            missing,
+        };
+    };
+    // A receiver that found the message without sleeping for it (no wakeup, or one before the
+    // message was there, for something else) waited nothing: its wakeup part is 0.
+    let before = chain[i - 1];
+    let (mut slept, mut awake) = (Vec::new(), Vec::new());
     for m in msgs {
-        let mut m = *m;
-        // A receiver that found the message without sleeping for it (no wakeup, or one before
-        // the message was there, for something else) waited nothing: its wakeup part is 0.
-        if let Some(i) = wake_at {
-            let before = m[chain[i - 1]];
-            if m[WAKE] >= before && before != 0 {
-                slept += 1;
-            } else {
-                m[WAKE] = before;
-            }
+        if m[WAKE] >= m[before] && m[before] != 0 {
+            slept.push(*m);
+        } else {
+            let mut m = *m;
+            m[WAKE] = m[before];
+            awake.push(m);
         }
-        if !chain.iter().all(|&p| m[p] != 0) {
-            dropped += 1;
-            continue;
-        }
-        for (i, w) in chain.windows(2).enumerate() {
-            parts[i].push(m[w[1]] as i64 - m[w[0]] as i64);
-        }
-        totals.push(m[DONE] as i64 - m[ISEND] as i64);
     }
-    let parts = chain
-        .windows(2)
-        .zip(parts.iter_mut())
-        .map(|(w, v)| Part {
-            from: w[0],
-            to: w[1],
-            summary: Summary::of(v),
-        })
-        .collect();
+    let awake_chain: Vec<usize> = chain.iter().copied().filter(|&p| p != WAKE).collect();
     Breakdown {
+        all: Population::of(slept.iter().chain(&awake), chain.clone()),
+        slept: Some(slept.len()),
+        split: Some([
+            Population::of(slept.iter(), chain.clone()),
+            Population::of(awake.iter(), awake_chain),
+        ]),
         chain,
-        parts,
-        used: totals.len(),
-        total: Summary::of(&mut totals),
-        dropped,
-        slept: wake_at.map(|_| slept),
         missing,
     }
 }
@@ -760,95 +930,148 @@ const SEED_TERMS: [(&str, f64); 4] = [
     ("T_delivery", 0.36),
 ];
 
-impl Report<'_> {
-    fn sum_p50(&self) -> f64 {
-        self.b.parts.iter().map(|p| p.summary.p50).sum()
-    }
+/// Blocking: how the slept and awake populations' own one-way times make up the whole.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Mix {
+    /// Share of the (complete) messages the receiver slept for.
+    slept: f64,
+    /// slept x the slept messages' median total + (1 - slept) x the awake ones'.
+    p50: f64,
+    /// The same with means: the mean of all messages' totals.
+    mean: f64,
+}
 
-    fn sum_mean(&self) -> f64 {
-        self.b.parts.iter().map(|p| p.summary.mean).sum()
-    }
-
-    /// Sum of the parts' medians over the measured median one way.
-    fn ratio(&self) -> f64 {
-        if self.measured > 0.0 {
-            self.sum_p50() / self.measured
-        } else {
-            0.0
+impl Mix {
+    fn of([s, a]: &[Population; 2]) -> Mix {
+        let f = div(s.used as f64, (s.used + a.used) as f64);
+        Mix {
+            slept: f,
+            p50: f * s.total.p50 + (1.0 - f) * a.total.p50,
+            mean: f * s.total.mean + (1.0 - f) * a.total.mean,
         }
+    }
+}
+
+const COLS: (usize, usize, usize) = (18, 68, 11);
+
+fn row(name: &str, what: &str, seed: &str, v: f64, tail: &str) {
+    let (a, b, c) = COLS;
+    println!("{name:<a$} {what:<b$} {seed:<c$} {:>8.3}{tail}", v / 1e3);
+}
+
+fn verdict(ratio: f64) -> &'static str {
+    if within_10pct(ratio) {
+        "within 10%"
+    } else {
+        "NOT within 10%"
+    }
+}
+
+impl Report<'_> {
+    /// Sum of the parts' medians over the measured median one way (spinning).
+    fn ratio(&self) -> f64 {
+        div(self.b.all.sum_p50(), self.measured)
     }
 
     /// Sum of the parts' means over the measured mean one way: means add up, so this checks
     /// that the stamps account for the whole time (clocks comparable, no gap left out).
     fn ratio_mean(&self) -> f64 {
-        if self.measured_mean > 0.0 {
-            self.sum_mean() / self.measured_mean
-        } else {
-            0.0
-        }
-    }
-
-    fn by_seed(&self) -> Vec<(&'static str, f64)> {
-        SEED_TERMS
-            .iter()
-            .map(|(t, _)| {
-                let s = self
-                    .b
-                    .parts
-                    .iter()
-                    .filter(|p| describe(p.from, p.to).1 == *t)
-                    .map(|p| p.summary.p50)
-                    .sum::<f64>();
-                // An empty sum is -0.0.
-                (*t, s + 0.0)
-            })
-            .collect()
+        div(self.b.all.sum_mean(), self.measured_mean)
     }
 
     fn json(&self) -> serde_json::Value {
-        let parts: Vec<_> = self
-            .b
-            .parts
-            .iter()
-            .map(|p| {
-                let (what, seed) = describe(p.from, p.to);
-                json!({
-                    "part": format!("{}-{}", POINT_NAMES[p.from], POINT_NAMES[p.to]),
-                    "what": what, "seed": seed,
-                    "p50_us": us(p.summary.p50), "p90_us": us(p.summary.p90),
-                    "p99_us": us(p.summary.p99), "mean_us": us(p.summary.mean),
-                })
-            })
-            .collect();
-        let seed: serde_json::Map<_, _> = self
-            .by_seed()
-            .into_iter()
-            .map(|(t, v)| (t.to_string(), json!(us(v))))
-            .collect();
+        let b = self.b;
         let floors: Vec<_> = self
             .floors
             .iter()
-            .map(|f| json!({"name": f.name, "p50_us": (f.p50_us * 1e3).round() / 1e3}))
+            .map(|f| json!({"name": f.name, "p50_us": round3(f.p50_us)}))
             .collect();
-        let ratio = self.ratio();
-        json!({
+        let head = json!({
             "bench": "breakdown", "bytes": self.size, "transport": self.transport,
             "rails": self.rails, "mode": self.mode.name(), "round_trips": self.iters,
-            "messages": self.b.used, "dropped": self.b.dropped, "slept": self.b.slept,
-            "chain": self.b.chain.iter().map(|&p| POINT_NAMES[p]).collect::<Vec<_>>(),
-            "parts": parts, "seed_terms_p50_us": seed,
-            "sum_p50_us": us(self.sum_p50()), "total_p50_us": us(self.b.total.p50),
-            "sum_mean_us": us(self.sum_mean()), "measured_mean_us": us(self.measured_mean),
-            "measured_oneway_us": us(self.measured), "ratio": (ratio * 1e3).round() / 1e3,
-            "ratio_mean": (self.ratio_mean() * 1e3).round() / 1e3,
-            "within_10pct": (ratio - 1.0).abs() <= 0.10,
-            "within_10pct_mean": (self.ratio_mean() - 1.0).abs() <= 0.10,
+            "messages": b.all.used, "dropped": b.all.dropped, "slept": b.slept,
+            "chain": b.chain.iter().map(|&p| POINT_NAMES[p]).collect::<Vec<_>>(),
+        });
+        let mut o = head.as_object().cloned().unwrap_or_default();
+        let ratio = self.ratio();
+        let body = match &b.split {
+            None => json!({
+                "parts": b.all.parts_json(), "seed_terms_p50_us": b.all.seed_json(),
+                "sum_p50_us": us(b.all.sum_p50()), "total_p50_us": us(b.all.total.p50),
+                "sum_mean_us": us(b.all.sum_mean()), "measured_mean_us": us(self.measured_mean),
+                "measured_oneway_us": us(self.measured), "ratio": round3(ratio),
+                "ratio_mean": round3(self.ratio_mean()),
+                "within_10pct": within_10pct(ratio),
+                "within_10pct_mean": within_10pct(self.ratio_mean()),
+            }),
+            Some(split) => {
+                let total = split[0].used + split[1].used;
+                let pops: Vec<_> = split
+                    .iter()
+                    .zip([Receiver::Slept, Receiver::Awake])
+                    .map(|(p, r)| p.json(r, total))
+                    .collect();
+                let m = Mix::of(split);
+                let summarised: Vec<_> = split.iter().filter(|p| p.summarised()).collect();
+                json!({
+                    "receivers": pops,
+                    "receivers_note": "the receiver slept for some messages and found others awake (wakeup 0): the medians of the two mixed do not add up, so each is broken down on its own, against its own messages' median one way (isend to done)",
+                    "within_10pct": !summarised.is_empty()
+                        && summarised.iter().all(|p| within_10pct(p.ratio())),
+                    "measured_oneway_us": us(self.measured),
+                    "measured_mean_us": us(self.measured_mean),
+                    "sum_mean_us": us(b.all.sum_mean()),
+                    "ratio_mean": round3(self.ratio_mean()),
+                    "within_10pct_mean": within_10pct(self.ratio_mean()),
+                    "mix": {
+                        "slept_fraction": round3(m.slept),
+                        "p50_us": us(m.p50), "ratio": round3(div(m.p50, self.measured)),
+                        "mean_us": us(m.mean), "ratio_mean": round3(div(m.mean, self.measured_mean)),
+                        "what": "slept_fraction x the slept messages' total + (1 - slept_fraction) x the awake ones' (p50: their medians, mean: their means), against measured_oneway_us (half the median round trip) and measured_mean_us (half the mean); means add, medians of a two-humped whole need not",
+                    },
+                })
+            }
+        };
+        o.extend(body.as_object().cloned().unwrap_or_default());
+        let tail = json!({
             "untraced_oneway_us": us(self.untraced),
             "wakeup_us": self.spin.map(|(u, t)| json!({
                 "untraced": us(self.untraced - u), "traced": us(self.measured - t)})),
             "floors": floors,
             "clock": "CLOCK_REALTIME, both ranks on one host; across machines only per-side parts are valid",
-        })
+        });
+        o.extend(tail.as_object().cloned().unwrap_or_default());
+        o.into()
+    }
+
+    fn print_parts(pop: &Population) {
+        let (a, b, c) = COLS;
+        println!(
+            "{:<a$} {:<b$} {:<c$} {:>8} {:>8} {:>8}",
+            "part", "what", "seed term", "p50 us", "p90 us", "p99 us"
+        );
+        for p in &pop.parts {
+            let (what, seed) = describe(p.from, p.to);
+            println!(
+                "{:<a$} {:<b$} {:<c$} {:>8.3} {:>8.3} {:>8.3}",
+                format!("{}-{}", POINT_NAMES[p.from], POINT_NAMES[p.to]),
+                what,
+                seed,
+                p.summary.p50 / 1e3,
+                p.summary.p90 / 1e3,
+                p.summary.p99 / 1e3
+            );
+        }
+        row("sum", "sum of the parts' medians", "", pop.sum_p50(), "");
+    }
+
+    fn print_seed_terms(pop: &Population) {
+        let terms: Vec<String> = pop
+            .by_seed()
+            .iter()
+            .map(|(t, v)| format!("{t} {:.3}", v / 1e3))
+            .collect();
+        println!("# by seed term (us): {}", terms.join(", "));
     }
 
     fn print(&self) {
@@ -863,86 +1086,55 @@ impl Report<'_> {
                 Mode::Spin => "receiver spinning (wait)",
                 Mode::Block => "receiver sleeping on the engine's fd (poll, test)",
             },
-            b.used,
-            b.dropped
+            b.all.used,
+            b.all.dropped
         );
-        if let Some(n) = b.slept {
-            println!(
-                "# the receiver slept for {n} of {} messages (the others found it awake: wakeup 0)",
-                b.used
-            );
-        }
         for (p, have) in &b.missing {
             println!(
                 "# stamp {:?} came for {have} messages only: left out",
                 POINT_NAMES[*p]
             );
         }
-        println!(
-            "{:<18} {:<68} {:<11} {:>8} {:>8} {:>8}",
-            "part", "what", "seed term", "p50 us", "p90 us", "p99 us"
-        );
-        for p in &b.parts {
-            let (what, seed) = describe(p.from, p.to);
-            println!(
-                "{:<18} {:<68} {:<11} {:>8.3} {:>8.3} {:>8.3}",
-                format!("{}-{}", POINT_NAMES[p.from], POINT_NAMES[p.to]),
-                what,
-                seed,
-                p.summary.p50 / 1e3,
-                p.summary.p90 / 1e3,
-                p.summary.p99 / 1e3
-            );
+        match &b.split {
+            None => {
+                Self::print_parts(&b.all);
+                let ratio = self.ratio();
+                row(
+                    "measured",
+                    "one way: half the median round trip of this traced run",
+                    "",
+                    self.measured,
+                    &format!("   sum / measured = {ratio:.3} ({})", verdict(ratio)),
+                );
+                let rm = self.ratio_mean();
+                row(
+                    "sum of means",
+                    "the parts' means (means add up: checks that nothing is left out)",
+                    "",
+                    b.all.sum_mean(),
+                    &format!(
+                        "   measured mean {:.3}, ratio {rm:.3} ({})",
+                        self.measured_mean / 1e3,
+                        verdict(rm)
+                    ),
+                );
+            }
+            Some(split) => self.print_split(split),
         }
-        let ratio = self.ratio();
-        println!(
-            "{:<18} {:<68} {:<11} {:>8.3}",
-            "sum",
-            "sum of the parts' medians",
-            "",
-            self.sum_p50() / 1e3
-        );
-        println!(
-            "{:<18} {:<68} {:<11} {:>8.3}   sum / measured = {ratio:.3} ({})",
-            "measured",
-            "one way: half the median round trip of this traced run",
-            "",
-            self.measured / 1e3,
-            if (ratio - 1.0).abs() <= 0.10 {
-                "within 10%"
-            } else {
-                "NOT within 10%"
-            }
-        );
-        let rm = self.ratio_mean();
-        println!(
-            "{:<18} {:<68} {:<11} {:>8.3}   measured mean {:.3}, ratio {rm:.3} ({})",
-            "sum of means",
-            "the parts' means (means add up: checks that nothing is left out)",
-            "",
-            self.sum_mean() / 1e3,
-            self.measured_mean / 1e3,
-            if (rm - 1.0).abs() <= 0.10 {
-                "within 10%"
-            } else {
-                "NOT within 10%"
-            }
-        );
-        println!(
-            "{:<18} {:<68} {:<11} {:>8.3}",
+        row(
             "untraced",
             "one way, tracing off: half the median round trip",
             "",
-            self.untraced / 1e3
+            self.untraced,
+            "",
         );
         if let Some((u, t)) = self.spin {
-            println!(
-                "{:<18} {:<68} {:<11} {:>8.3}   (traced: {:.3})",
+            row(
                 "wakeup",
                 "sleeping receiver: one way blocking minus spinning",
                 "",
-                (self.untraced - u) / 1e3,
-                (self.measured - t) / 1e3
+                self.untraced - u,
+                &format!("   (traced: {:.3})", (self.measured - t) / 1e3),
             );
         }
         for f in &self.floors {
@@ -954,24 +1146,117 @@ impl Report<'_> {
             } else {
                 String::new()
             };
-            println!(
-                "{:<18} {:<68} {:<11} {:>8.3}{x}",
-                "floor", f.name, "", f.p50_us
-            );
+            row("floor", &f.name, "", f.p50_us * 1e3, &x);
         }
-        let terms: Vec<String> = self
-            .by_seed()
-            .iter()
-            .map(|(t, v)| format!("{t} {:.3}", v / 1e3))
-            .collect();
+        if b.split.is_none() {
+            Self::print_seed_terms(&b.all);
+        }
         let seed: Vec<String> = SEED_TERMS
             .iter()
             .map(|(t, v)| format!("{t} {v:.2}"))
             .collect();
-        println!("# by seed term (us): {}", terms.join(", "));
         println!(
             "# seed 003 (DP-II, 1 B, Gigabit Ethernet, 2003): {} = 18.32",
             seed.join(", ")
+        );
+    }
+
+    /// Blocking: the slept and awake messages apart, then how they make up the whole.
+    fn print_split(&self, split: &[Population; 2]) {
+        let total = split[0].used + split[1].used;
+        let pct = |n: usize| 100.0 * div(n as f64, total as f64);
+        println!(
+            "# the receiver slept for {} of {total} messages ({:.1}%); the others found it awake (wakeup 0). The medians of the two mixed need not add up: each is broken down on its own, against its own messages' one way (isend to done).",
+            split[0].used,
+            pct(split[0].used)
+        );
+        for (pop, r) in split.iter().zip([Receiver::Slept, Receiver::Awake]) {
+            println!();
+            println!(
+                "### receiver {}: {} messages ({:.1}%, {} dropped){}",
+                r.name(),
+                pop.used,
+                pct(pop.used),
+                pop.dropped,
+                match r {
+                    Receiver::Slept => "",
+                    Receiver::Awake => "; no wakeup stamp in its chain",
+                }
+            );
+            if !pop.summarised() {
+                println!(
+                    "# {} messages: too few to summarise (fewer than {MIN_SUMMARISED})",
+                    pop.used
+                );
+                continue;
+            }
+            Self::print_parts(pop);
+            let ratio = pop.ratio();
+            row(
+                "total",
+                "one way of these messages: median of isend to done",
+                "",
+                pop.total.p50,
+                &format!("   sum / total = {ratio:.3} ({})", verdict(ratio)),
+            );
+            let rm = div(pop.sum_mean(), pop.total.mean);
+            row(
+                "sum of means",
+                "the parts' means (means add up: checks that nothing is left out)",
+                "",
+                pop.sum_mean(),
+                &format!(
+                    "   total mean {:.3}, ratio {rm:.3} ({})",
+                    pop.total.mean / 1e3,
+                    verdict(rm)
+                ),
+            );
+            Self::print_seed_terms(pop);
+        }
+        println!();
+        println!("### all {total} messages");
+        let m = Mix::of(split);
+        let [s, a] = split;
+        row(
+            "measured",
+            "one way: half the median round trip of this traced run",
+            "",
+            self.measured,
+            &format!("   mean {:.3}", self.measured_mean / 1e3),
+        );
+        row(
+            "mix",
+            &format!(
+                "slept {:.1}% x {:.3} + awake {:.1}% x {:.3} (the totals' medians)",
+                100.0 * m.slept,
+                s.total.p50 / 1e3,
+                100.0 * (1.0 - m.slept),
+                a.total.p50 / 1e3
+            ),
+            "",
+            m.p50,
+            &format!(
+                "   mix / measured = {:.3} (a median of a two-humped whole need not match)",
+                div(m.p50, self.measured)
+            ),
+        );
+        let rm = div(m.mean, self.measured_mean);
+        row(
+            "mix of means",
+            &format!(
+                "slept {:.1}% x {:.3} + awake {:.1}% x {:.3} (the totals' means)",
+                100.0 * m.slept,
+                s.total.mean / 1e3,
+                100.0 * (1.0 - m.slept),
+                a.total.mean / 1e3
+            ),
+            "",
+            m.mean,
+            &format!(
+                "   / measured mean {:.3} = {rm:.3} ({})",
+                self.measured_mean / 1e3,
+                verdict(rm)
+            ),
         );
     }
 }
@@ -1030,11 +1315,12 @@ mod tests {
         msgs.push(msg(&[(ISEND, 1), (DONE, 2)])); // incomplete: dropped
         let b = analyse(&msgs, false, Mode::Spin);
         assert_eq!(b.chain.len(), 9);
-        assert_eq!((b.used, b.dropped), (10, 1));
-        assert_eq!(b.parts.len(), 8);
-        let sum: f64 = b.parts.iter().map(|p| p.summary.p50).sum();
-        assert_eq!(sum, b.total.p50);
-        assert!(b.parts.iter().all(|p| p.summary.p50 >= 10.0));
+        assert_eq!((b.all.used, b.all.dropped), (10, 1));
+        assert_eq!(b.all.parts.len(), 8);
+        let sum: f64 = b.all.parts.iter().map(|p| p.summary.p50).sum();
+        assert_eq!(sum, b.all.total.p50);
+        assert!(b.all.parts.iter().all(|p| p.summary.p50 >= 10.0));
+        assert!(b.split.is_none());
     }
 
     #[test]
@@ -1056,8 +1342,12 @@ mod tests {
             .collect();
         let b = analyse(&msgs, false, Mode::Spin);
         assert_eq!(b.missing, [(QDISC, 0)]);
-        assert!(b.parts.iter().any(|p| (p.from, p.to) == (WRITE, DRIVER)));
-        assert_eq!(b.used, 4);
+        assert!(b
+            .all
+            .parts
+            .iter()
+            .any(|p| (p.from, p.to) == (WRITE, DRIVER)));
+        assert_eq!(b.all.used, 4);
     }
 
     #[test]
@@ -1082,15 +1372,169 @@ mod tests {
         let none = msg(&[(ISEND, 1), (PUBLISH, 4), (RECVD, 6), (PARSED, 7), (DONE, 8)]);
         let b = analyse(&[woke, woke, woke, early, none], true, Mode::Block);
         assert_eq!(b.chain, [ISEND, PUBLISH, WAKE, RECVD, PARSED, DONE]);
-        assert_eq!((b.used, b.dropped, b.slept), (5, 0, Some(3)));
-        let wake: Vec<_> = b.parts.iter().map(|p| p.summary.p90).collect();
+        assert_eq!((b.all.used, b.all.dropped, b.slept), (5, 0, Some(3)));
+        let wake: Vec<_> = b.all.parts.iter().map(|p| p.summary.p90).collect();
         assert_eq!(wake[1], 3.0);
-        assert_eq!(b.parts[1].summary.p50, 3.0);
-        assert_eq!(b.parts[2].summary.n, 5);
+        assert_eq!(b.all.parts[1].summary.p50, 3.0);
+        assert_eq!(b.all.parts[2].summary.n, 5);
+        // Apart: the slept ones along the whole chain, the awake ones without the wakeup.
+        let [s, a] = b.split.as_ref().unwrap();
+        assert_eq!((s.used, a.used), (3, 2));
+        assert_eq!(s.chain, [ISEND, PUBLISH, WAKE, RECVD, PARSED, DONE]);
+        assert_eq!(a.chain, [ISEND, PUBLISH, RECVD, PARSED, DONE]);
+        assert_eq!(a.parts[1].summary.p50, 2.0);
+        // Three and two messages: too few to summarise.
+        assert!(!s.summarised() && !a.summarised());
         // Spinning, no wake in the chain.
         let b = analyse(&[woke], true, Mode::Spin);
         assert_eq!(b.chain, [ISEND, PUBLISH, RECVD, PARSED, DONE]);
         assert_eq!(b.slept, None);
+        assert!(b.split.is_none());
+    }
+
+    /// Half the messages find the receiver asleep (a 2 us wakeup, then a short engine round
+    /// and a long `test` after completion), half awake (no wakeup, a long round while it arms,
+    /// then a short return): every part's median comes from whichever population is lower, so
+    /// the medians over all messages add up to 0.4 of the median one way, while each
+    /// population's medians add up to its own messages' median one way.
+    fn bimodal() -> Vec<Points> {
+        let mut msgs = Vec::new();
+        for i in 0..100u64 {
+            let j = (i * 7) % 11; // a little jitter, not the same in every part
+            let (wake, recvd, done) = if i % 2 == 0 {
+                (2000 + 3 * j, 100 + j, 1000 + 2 * j)
+            } else {
+                (0, 1000 + 2 * j, 100 + j)
+            };
+            let t0 = 1_000_000 * (i + 1);
+            let publish = t0 + 200;
+            let woke = publish + wake;
+            let recvd = woke + recvd;
+            let parsed = recvd + 200;
+            msgs.push(msg(&[
+                (ISEND, t0),
+                (PUBLISH, publish),
+                // Awake: the last poll returned before the publish (for something else).
+                (WAKE, if wake == 0 { t0 - 50 } else { woke }),
+                (RECVD, recvd),
+                (PARSED, parsed),
+                (DONE, parsed + done),
+            ]));
+        }
+        msgs
+    }
+
+    #[test]
+    fn bimodal_block_split_adds_up() {
+        let msgs = bimodal();
+        let b = analyse(&msgs, true, Mode::Block);
+        assert_eq!(b.slept, Some(50));
+        // All messages mixed: the parts' medians do not add up.
+        let all = &b.all;
+        assert_eq!(all.used, 100);
+        let r = all.ratio();
+        assert!(r < 0.5, "mixed medians should not add up: {r} ({all:?})");
+        // Each population on its own does, against its own messages' median one way.
+        let [s, a] = b.split.as_ref().unwrap();
+        assert_eq!((s.used, a.used, s.dropped, a.dropped), (50, 50, 0, 0));
+        assert!(s.summarised() && a.summarised());
+        assert_eq!(s.parts.len(), 5);
+        assert_eq!(a.parts.len(), 4);
+        assert_eq!((a.parts[1].from, a.parts[1].to), (PUBLISH, RECVD));
+        for p in [s, a] {
+            assert!(within_10pct(p.ratio()), "{} ({p:?})", p.ratio());
+            assert!((p.sum_mean() - p.total.mean).abs() < 1e-6);
+        }
+        assert!((3400.0..3600.0).contains(&s.total.p50), "{:?}", s.total);
+        assert!((1450.0..1600.0).contains(&a.total.p50), "{:?}", a.total);
+        // Half x each total makes up the whole; with means exactly (means add up).
+        let m = Mix::of(b.split.as_ref().unwrap());
+        assert_eq!(m.slept, 0.5);
+        assert!((m.p50 - (s.total.p50 + a.total.p50) / 2.0).abs() < 1e-6);
+        assert!((m.mean - all.total.mean).abs() < 1e-6);
+        assert!((m.mean - all.sum_mean()).abs() < 1e-6);
+    }
+
+    fn report<'a>(b: &'a Breakdown, mode: Mode, measured: f64) -> Report<'a> {
+        Report {
+            size: 8,
+            transport: "shm",
+            rails: "shm",
+            mode,
+            b,
+            measured,
+            measured_mean: measured,
+            untraced: measured * 0.9,
+            spin: (mode == Mode::Block).then_some((500.0, 600.0)),
+            floors: Vec::new(),
+            iters: 50,
+        }
+    }
+
+    #[test]
+    fn block_json_has_both_receivers() {
+        let msgs = bimodal();
+        let b = analyse(&msgs, true, Mode::Block);
+        let j = report(&b, Mode::Block, 2500.0).json();
+        assert_eq!(j["mode"], "block");
+        assert_eq!(j["slept"], 50);
+        // No mixed medians at the top.
+        assert!(
+            j.get("parts").is_none() && j.get("sum_p50_us").is_none(),
+            "{j}"
+        );
+        let rs = j["receivers"].as_array().unwrap();
+        assert_eq!(rs.len(), 2);
+        assert_eq!(
+            (rs[0]["receiver"].as_str(), rs[1]["receiver"].as_str()),
+            (Some("slept"), Some("awake"))
+        );
+        for r in rs {
+            assert_eq!(r["summarised"], true, "{r}");
+            assert_eq!(r["within_10pct"], true, "{r}");
+            assert_eq!(r["fraction"], 0.5);
+            let sum: f64 = r["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["p50_us"].as_f64().unwrap())
+                .sum();
+            assert!(
+                (sum - r["sum_p50_us"].as_f64().unwrap()).abs() < 0.01,
+                "{r}"
+            );
+        }
+        assert_eq!(rs[0]["parts"][1]["part"], "publish-wake");
+        assert_eq!(rs[1]["parts"][1]["part"], "publish-recvd");
+        assert_eq!(j["within_10pct"], true);
+        assert_eq!(j["mix"]["slept_fraction"], 0.5);
+        let mix = j["mix"]["p50_us"].as_f64().unwrap();
+        assert!((2.4..2.6).contains(&mix), "{j}");
+        assert!(j["wakeup_us"].is_object());
+        // Too few messages: said so, no medians.
+        let few = analyse(&msgs[..30], true, Mode::Block);
+        let j = report(&few, Mode::Block, 2500.0).json();
+        let rs = j["receivers"].as_array().unwrap();
+        assert_eq!(rs[0]["messages"], 15);
+        assert_eq!(rs[0]["summarised"], false);
+        assert!(rs[0].get("parts").is_none(), "{j}");
+        assert!(rs[0]["note"].as_str().unwrap().contains("too few"), "{j}");
+        assert_eq!(j["within_10pct"], false);
+        // Spinning: one breakdown, as before.
+        let b = analyse(&msgs, true, Mode::Spin);
+        let j = report(&b, Mode::Spin, 2500.0).json();
+        assert_eq!(j["mode"], "spin");
+        assert!(j.get("receivers").is_none());
+        assert_eq!(j["parts"].as_array().unwrap().len(), 4);
+        for k in [
+            "sum_p50_us",
+            "measured_oneway_us",
+            "ratio",
+            "ratio_mean",
+            "within_10pct",
+        ] {
+            assert!(!j[k].is_null(), "{k}: {j}");
+        }
     }
 
     #[test]
