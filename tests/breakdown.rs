@@ -1,7 +1,9 @@
 //! `hxcomm bench breakdown` end to end: over shared memory and loopback TCP (no root), and as
 //! root over a rail between two testbed hosts. Checks the JSON's shape, not timings (the
 //! machine is shared): every part is there and its median non-negative, and the parts' medians
-//! add up to the measured one-way time within a generous tolerance.
+//! add up to the measured one-way time within a generous tolerance (with a sleeping receiver:
+//! those of the messages it slept for and of those that found it awake, each to its own
+//! messages' one-way time).
 
 mod util;
 
@@ -45,49 +47,107 @@ fn breakdown(run_args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+fn check_parts(l: &Value, what: &str, want: &[&str]) {
+    let got: Vec<&str> = l["parts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: no parts: {l}"))
+        .iter()
+        .map(|p| p["part"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, want, "{what}: {l}");
+    for p in l["parts"].as_array().unwrap() {
+        for k in ["p50_us", "p90_us", "p99_us"] {
+            let v = p[k].as_f64().unwrap();
+            assert!(v >= 0.0, "{what}: {} {k} = {v}", p["part"]);
+        }
+        assert!(!p["seed"].as_str().unwrap().is_empty());
+    }
+}
+
+/// Generous: a shared 2-core machine; the 10% bar is for quiet benchmark runs.
+fn roughly(what: &str, a: f64, b: f64, l: &Value) {
+    assert!(a > 0.0 && b > 0.0, "{what}: {a} vs {b}: {l}");
+    assert!((0.5..=1.5).contains(&(a / b)), "{what}: {a} vs {b}: {l}");
+}
+
 fn check(lines: &[Value], transport: &str, parts: &[&str], block_parts: &[&str]) {
     assert_eq!(lines.len(), 2, "one line per mode: {lines:?}");
     for l in lines {
         let mode = l["mode"].as_str().unwrap();
         assert_eq!(l["transport"], transport, "{l}");
         assert_eq!(l["bytes"], 8, "{l}");
-        let want: Vec<&str> = if mode == "block" {
-            block_parts.to_vec()
-        } else {
-            parts.to_vec()
-        };
-        let got: Vec<&str> = l["parts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["part"].as_str().unwrap())
-            .collect();
-        assert_eq!(got, want, "{mode}: {l}");
-        for p in l["parts"].as_array().unwrap() {
-            for k in ["p50_us", "p90_us", "p99_us"] {
-                let v = p[k].as_f64().unwrap();
-                assert!(v >= 0.0, "{mode}: {} {k} = {v}", p["part"]);
-            }
-            assert!(!p["seed"].as_str().unwrap().is_empty());
-        }
-        assert!(l["messages"].as_u64().unwrap() >= 300, "{l}");
-        let sum = l["sum_p50_us"].as_f64().unwrap();
+        let messages = l["messages"].as_u64().unwrap();
+        assert!(messages >= 300, "{l}");
         let measured = l["measured_oneway_us"].as_f64().unwrap();
-        assert!(sum > 0.0 && measured > 0.0, "{l}");
-        // Generous: a shared 2-core machine; the 10% bar is for quiet benchmark runs.
-        let ratio = sum / measured;
-        assert!(
-            (0.5..=1.5).contains(&ratio),
-            "{mode}: sum {sum} vs {measured}: {l}"
+        roughly(
+            &format!("{mode}: sum of means vs measured mean"),
+            l["sum_mean_us"].as_f64().unwrap(),
+            l["measured_mean_us"].as_f64().unwrap(),
+            l,
         );
-        let means = l["sum_mean_us"].as_f64().unwrap() / l["measured_mean_us"].as_f64().unwrap();
-        assert!((0.5..=1.5).contains(&means), "{mode}: means: {l}");
         assert!(l["untraced_oneway_us"].as_f64().unwrap() > 0.0);
         assert!(!l["floors"].as_array().unwrap().is_empty(), "{l}");
-        if mode == "block" {
-            assert!(l["wakeup_us"].is_object(), "{l}");
-            assert!(l["slept"].as_u64().is_some(), "{l}");
+        if mode == "spin" {
+            check_parts(l, mode, parts);
+            let sum = l["sum_p50_us"].as_f64().unwrap();
+            roughly("spin: sum of medians vs measured", sum, measured, l);
+            assert!(l.get("receivers").is_none(), "{l}");
+            continue;
         }
+        // Blocking: the messages the receiver slept for and those that found it awake, each
+        // broken down on its own against its own messages' one way.
+        assert_eq!(mode, "block");
+        assert!(l["wakeup_us"].is_object(), "{l}");
+        assert!(l.get("parts").is_none(), "no mixed medians: {l}");
+        let rs = l["receivers"].as_array().unwrap();
+        let names: Vec<_> = rs.iter().map(|r| r["receiver"].as_str().unwrap()).collect();
+        assert_eq!(names, ["slept", "awake"], "{l}");
+        let n = |r: &Value| r["messages"].as_u64().unwrap();
+        assert_eq!(n(&rs[0]) + n(&rs[1]), messages, "{l}");
+        assert_eq!(
+            l["slept"].as_u64().unwrap(),
+            n(&rs[0]) + rs[0]["dropped"].as_u64().unwrap(),
+            "{l}"
+        );
+        let mut summarised = 0;
+        for (r, want) in rs.iter().zip([block_parts, parts]) {
+            let what = format!("block, {}", r["receiver"]);
+            if r["summarised"] != true {
+                // Fewer than 20 messages: said so, no medians.
+                assert!(n(r) < 20, "{what}: {r}");
+                assert!(r["note"].as_str().unwrap().contains("too few"), "{r}");
+                assert!(r.get("parts").is_none(), "{r}");
+                continue;
+            }
+            summarised += 1;
+            check_parts(r, &what, want);
+            roughly(
+                &format!("{what}: sum of medians vs its median total"),
+                r["sum_p50_us"].as_f64().unwrap(),
+                r["total_p50_us"].as_f64().unwrap(),
+                l,
+            );
+            roughly(
+                &format!("{what}: sum of means vs its mean total"),
+                r["sum_mean_us"].as_f64().unwrap(),
+                r["total_mean_us"].as_f64().unwrap(),
+                l,
+            );
+        }
+        assert!(summarised >= 1, "{l}");
+        let mix = &l["mix"];
+        let f = mix["slept_fraction"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&f), "{l}");
+        roughly(
+            "block: the populations' mean totals, weighted, vs the measured mean",
+            mix["mean_us"].as_f64().unwrap(),
+            l["measured_mean_us"].as_f64().unwrap(),
+            l,
+        );
+        assert!(
+            mix["p50_us"].as_f64().unwrap() > 0.0 && measured > 0.0,
+            "{l}"
+        );
     }
 }
 
