@@ -1,8 +1,11 @@
 //! `hxcomm demo`: the project's main job in one command. As root it brings up a 2-host, 4-rail,
-//! 1 Gbit/s testbed (`hxd`), runs latency, bw and bibw for every policy over 1, 2 and 4 rails,
-//! prints a summary against the wire limit and the single-rail figure, writes JSON and SVG plots
-//! into `./hxcomm-report/`, and takes the testbed down, also on error or Ctrl-C. Without root it
-//! does the same over loopback rails on this host.
+//! 1 Gbit/s testbed (`hxd`), runs latency, bw and bibw for every policy over 1, 2 and 4 rails
+//! (every segment `--runs` times, the median per size kept), then the same testbed without a
+//! rate limit for bw and bibw from 64 KiB to 4 MiB over 1 and 4 rails; prints a summary against
+//! the wire limit and the single-rail figure and its own verdicts (adaptive within 5% of the
+//! best fixed policy at each size), writes JSON, Markdown and SVG plots into `./hxcomm-report/`,
+//! and takes the testbed down, also on error or Ctrl-C. Without root it does the first part over
+//! loopback rails on this host.
 
 pub mod job;
 pub mod lock;
@@ -10,6 +13,7 @@ pub mod plan;
 pub mod report;
 pub mod results;
 pub mod svg;
+pub mod verdict;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -17,7 +21,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use hx_testbed::proc;
 
-use plan::{Mode, POLICIES, RAIL_COUNTS};
+use plan::{Mode, Segment, POLICIES, RAIL_COUNTS, UNLIMITED_BENCHES, UNLIMITED_RAIL_COUNTS};
 use results::{Bench, ConfigResult};
 
 /// Arguments of `hxcomm demo`.
@@ -35,6 +39,25 @@ pub struct DemoArgs {
     /// Fewer sizes and iterations (a smoke test, not a measurement).
     #[arg(long)]
     pub quick: bool,
+    /// Runs of every benchmark segment; the report keeps the median per size (the lower middle
+    /// for an even count). Default 3 (the full demo then takes about 2.5 minutes on a 2-core
+    /// machine), 1 with --quick.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub runs: Option<u32>,
+    /// Leave out the second part (bw and bibw from 64 KiB to 4 MiB on 1 and 4 rails without a
+    /// rate limit), which runs by default after the 1 Gbit/s part.
+    #[arg(long)]
+    pub no_unlimited: bool,
+}
+
+impl DemoArgs {
+    /// The runs of every segment.
+    pub fn runs(&self) -> usize {
+        self.runs
+            .map_or(if self.quick { 1 } else { plan::DEFAULT_RUNS }, |n| {
+                n as usize
+            })
+    }
 }
 
 /// Runs the demo; returns the process exit code (130 when stopped by a signal).
@@ -179,43 +202,95 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         );
     }
 
-    // The testbed guard takes the testbed down when dropped: on return, error and unwind.
-    let testbed = match &mode {
-        Mode::Testbed { name } => {
-            let spec = hx_testbed::TestbedSpec::new(name, 2, 4);
-            match hx_testbed::Testbed::up(&spec) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    let _ = hx_testbed::down(name);
-                    return Err(format!("bringing up testbed {name}: {e}"));
-                }
-            }
+    let runs = args.runs();
+    let unlimited_part = matches!(mode, Mode::Testbed { .. }) && !args.no_unlimited;
+    println!(
+        "hxcomm demo: every segment {runs} time{}, the median per size kept{}",
+        if runs == 1 { "" } else { "s" },
+        if unlimited_part {
+            "; then bw and bibw on 1 and 4 rails without a rate limit"
+        } else {
+            ""
         }
-        Mode::Loopback => None,
+    );
+
+    // Part 1: the 1 Gbit/s rails (or loopback).
+    let part1 = Part {
+        label: if matches!(mode, Mode::Testbed { .. }) {
+            "1gbit"
+        } else {
+            "loopback"
+        },
+        rail_counts: &RAIL_COUNTS,
+        benches: &Bench::ALL,
+        segments: &|b| plan::segments(b, args.quick),
+        runs,
     };
-    let measured = measure_all(&mode, &exe, args.quick);
-    if let Some(tb) = testbed {
-        let name = tb.name().to_string();
-        let down = tb.down();
-        let left = leftover_namespaces(&name);
-        match (&down, left.is_empty()) {
-            (Ok(()), true) => println!("hxcomm demo: testbed {name} taken down"),
-            _ => eprintln!(
-                "hxcomm demo: taking testbed {name} down: {}; namespaces left: {left:?} (try `hxcomm net down --name {name}`)",
-                down.as_ref().err().map_or("ok".into(), |e| e.to_string())
-            ),
+    let configs = match &mode {
+        Mode::Testbed { name } => with_testbed(&hx_testbed::TestbedSpec::new(name, 2, 4), || {
+            measure(&mode, &exe, &part1)
+        })?,
+        Mode::Loopback => measure(&mode, &exe, &part1)?,
+    };
+
+    // Part 2: the same testbed without a rate limit (the CPU, not a wire, is the limit).
+    let unlimited = match &mode {
+        Mode::Testbed { name } if unlimited_part => {
+            println!(
+                "hxcomm demo: testbed {name} again without a rate limit (`--rate none`): bw and bibw, 64 KiB to 4 MiB, 1 and 4 rails"
+            );
+            let part2 = Part {
+                label: "unlimited",
+                rail_counts: &UNLIMITED_RAIL_COUNTS,
+                benches: &UNLIMITED_BENCHES,
+                segments: &|b| plan::unlimited_segments(b, args.quick),
+                runs,
+            };
+            with_testbed(
+                &hx_testbed::TestbedSpec::new(name, 2, 4).with_rate(None),
+                || measure(&mode, &exe, &part2),
+            )?
         }
-    }
-    let configs = measured?;
+        _ => vec![],
+    };
 
     let wire = matches!(mode, Mode::Testbed { .. });
     let rows = results::summarize(&configs, wire);
     let text = results::format_text(&rows);
     let md = results::format_markdown(&rows);
+    let mut groups = verdict::groups(part1.label, &configs, &Bench::ALL);
+    groups.extend(verdict::groups("unlimited", &unlimited, &UNLIMITED_BENCHES));
+    let mut bars = vec![verdict::bar(
+        &format!("{}, 2 and 4 rails, every size", part1.label),
+        &groups,
+        part1.label,
+        &[2, 4],
+    )];
+    if !unlimited.is_empty() {
+        bars.push(verdict::bar(
+            "unlimited, 1 and 4 rails, bw and bibw, 64 KiB-4 MiB",
+            &groups,
+            "unlimited",
+            &UNLIMITED_RAIL_COUNTS,
+        ));
+    }
+    let vtext = verdict::format_text(&groups);
+    let vmd = verdict::format_markdown(&groups);
     let seconds = t0.elapsed().as_secs_f64();
-    let json = report::results_json(&mode, &load, args.quick, &date, seconds, &configs, &rows);
-    let plots = report::plots(&configs, wire, what);
-    let files = report::write(&args.out, &json, &text, &md, &plots)?;
+    let run = report::Run {
+        mode: &mode,
+        load: &load,
+        quick: args.quick,
+        runs,
+        date: &date,
+        seconds,
+    };
+    let json = report::results_json(&run, &configs, &rows, &unlimited, &groups, &bars);
+    let mut plots = report::plots(&configs, wire, what);
+    plots.extend(report::unlimited_plots(&unlimited));
+    let summary_md = report::summary_markdown(&run, what, &md, wire, &vmd, &bars);
+    let summary_txt = report::summary_text(&text, wire, &vtext, &bars);
+    let files = report::write(&args.out, &json, &summary_txt, &summary_md, &plots)?;
 
     println!();
     println!("Summary ({what}; latency at 8 B, bandwidth at 4 MiB; x1 = multiple of the same policy on 1 rail;");
@@ -225,6 +300,11 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     print!("{text}");
     if wire {
         println!("{}", report::WIRE_BASIS);
+    }
+    println!("\nVerdicts ({}):", verdict::RULE);
+    print!("{vtext}");
+    for b in &bars {
+        println!("{}", b.line());
     }
     let dir = std::fs::canonicalize(&args.out).unwrap_or(args.out.clone());
     println!(
@@ -236,37 +316,112 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn measure_all(mode: &Mode, exe: &str, quick: bool) -> Result<Vec<ConfigResult>, String> {
+/// Brings up the testbed of `spec`, runs `f`, and takes the testbed down (also when `f` fails;
+/// the guard takes it down on unwind).
+fn with_testbed<T>(
+    spec: &hx_testbed::TestbedSpec,
+    f: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    let name = spec.name.clone();
+    let tb = match hx_testbed::Testbed::up(spec) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = hx_testbed::down(&name);
+            return Err(format!("bringing up testbed {name}: {e}"));
+        }
+    };
+    let out = f();
+    let down = tb.down();
+    let left = leftover_namespaces(&name);
+    match (&down, left.is_empty()) {
+        (Ok(()), true) => println!("hxcomm demo: testbed {name} taken down"),
+        _ => eprintln!(
+            "hxcomm demo: taking testbed {name} down: {}; namespaces left: {left:?} (try `hxcomm net down --name {name}`)",
+            down.as_ref().err().map_or("ok".into(), |e| e.to_string())
+        ),
+    }
+    out
+}
+
+/// The points of every run of one segment.
+type Runs = Vec<Vec<results::Point>>;
+
+/// One part of the demo: which rail counts, benchmarks and segments, and how many runs.
+struct Part<'a> {
+    label: &'static str,
+    rail_counts: &'a [u32],
+    benches: &'a [Bench],
+    segments: &'a dyn Fn(Bench) -> Vec<Segment>,
+    runs: usize,
+}
+
+/// Every policy over every rail count of `part`. Per rail count the runs are interleaved (run 1
+/// of every policy, then run 2, ..), so that a slow spell of the machine hits one run of each
+/// policy rather than every run of one; the median of the runs is kept per size.
+fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, String> {
     let mut out = Vec::new();
-    for &rails in &RAIL_COUNTS {
-        for policy in POLICIES {
-            proc::check_interrupted()?;
-            let t = Instant::now();
+    for &rails in part.rail_counts {
+        // collected[policy][bench][segment]: the points of every run.
+        let mut collected: Vec<Vec<Vec<Runs>>> = POLICIES
+            .iter()
+            .map(|_| {
+                part.benches
+                    .iter()
+                    .map(|&b| vec![Vec::new(); (part.segments)(b).len()])
+                    .collect()
+            })
+            .collect();
+        let mut seconds = vec![0.0; POLICIES.len()];
+        for run in 1..=part.runs {
+            let t_run = Instant::now();
+            for (pi, policy) in POLICIES.iter().enumerate() {
+                let t = Instant::now();
+                for (bi, &bench) in part.benches.iter().enumerate() {
+                    for (si, seg) in (part.segments)(bench).iter().enumerate() {
+                        proc::check_interrupted()?;
+                        let points = run_segment(mode, exe, policy, rails, bench, seg)?;
+                        collected[pi][bi][si].push(points);
+                    }
+                }
+                seconds[pi] += t.elapsed().as_secs_f64();
+            }
+            println!(
+                "  {} {rails} rail{}: run {run}/{} of every policy ({:.1} s)",
+                part.label,
+                if rails == 1 { "" } else { "s" },
+                part.runs,
+                t_run.elapsed().as_secs_f64()
+            );
+        }
+        for (pi, policy) in POLICIES.iter().enumerate() {
             let mut r = ConfigResult {
-                policy: policy.into(),
+                policy: (*policy).into(),
                 rails,
+                seconds: seconds[pi],
                 ..Default::default()
             };
-            for bench in Bench::ALL {
-                for seg in plan::segments(bench, quick) {
-                    let mut runs = Vec::new();
-                    for _ in 0..plan::repeats(bench) {
-                        proc::check_interrupted()?;
-                        runs.push(run_segment(mode, exe, policy, rails, bench, &seg)?);
-                    }
-                    r.series_mut(bench).extend(results::median_by_size(&runs));
+            for (bi, &bench) in part.benches.iter().enumerate() {
+                for runs in &collected[pi][bi] {
+                    r.series_mut(bench).extend(results::median_by_size(runs));
                 }
             }
-            r.seconds = t.elapsed().as_secs_f64();
-            let fig = |b: Bench, bytes: u64| {
-                results::at(r.series(b), bytes).map_or("-".into(), |v| format!("{v:.1}"))
+            let fig = |b: Bench, bytes: u64, d: usize| {
+                results::at(r.series(b), bytes).map_or("-".into(), |v| format!("{v:.d$}"))
+            };
+            let lat = if part.benches.contains(&Bench::Latency) {
+                format!(
+                    "latency 8 B {} us, ",
+                    fig(Bench::Latency, results::LATENCY_BYTES, 2)
+                )
+            } else {
+                String::new()
             };
             println!(
-                "  {policy:<8} {rails} rail{}: latency 8 B {} us, bw 4 MiB {} MB/s, bibw 4 MiB {} MB/s  ({:.1} s)",
+                "  {:<9} {policy:<8} {rails} rail{}: {lat}bw 4 MiB {} MB/s, bibw 4 MiB {} MB/s  ({:.1} s)",
+                part.label,
                 if rails == 1 { " " } else { "s" },
-                results::at(&r.latency, results::LATENCY_BYTES).map_or("-".into(), |v| format!("{v:.2}")),
-                fig(Bench::Bw, results::BW_BYTES),
-                fig(Bench::Bibw, results::BW_BYTES),
+                fig(Bench::Bw, results::BW_BYTES, 1),
+                fig(Bench::Bibw, results::BW_BYTES, 1),
                 r.seconds
             );
             out.push(r);

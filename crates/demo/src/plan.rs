@@ -26,12 +26,35 @@ pub struct Segment {
     pub window: u32,
 }
 
-/// The segments of one benchmark. Bandwidth: a window of 64 (OSU) up to 512 KiB, with 100
-/// iterations up to 4 KiB (fewer would let the 128 KiB tbf burst of each rail show as more than
-/// the wire rate) and 10 or 3 above (bytes, not iterations, take the time); from 1 MiB a
-/// window of 8 (8-32 MB in flight per iteration, still ~17 ms of wire time at 4 rails, so the
-/// per-iteration ack costs <1%) — with 64 a single 4 MiB iteration would be 2.2 s on one rail
-/// and the demo could not finish in 3 minutes.
+/// The runs of every segment when `--runs` is not given (the median of three is the smallest
+/// that ignores one bad run; `--quick` makes one).
+pub const DEFAULT_RUNS: usize = 3;
+
+/// The segments of one benchmark on the 1 Gbit/s rails.
+///
+/// Latency: 1 B to 64 KiB, 100 iterations (a few ms per size: the job start, not the
+/// iterations, takes the time).
+///
+/// Bandwidth: every segment runs `--runs` times (3 by default) and the report keeps the median,
+/// so one run no longer has to be long enough on its own. With the previous single run (100
+/// iterations up to 4 KiB, 10 up to 64 KiB, 3 up to 4 MiB: ~100 MB per large point, 0.84 s at
+/// one rail) three runs of everything took ~300 s. Now a run gives each size about the same
+/// bytes instead of the same iterations: 16 iterations of a window of 64 from 8 KiB (8 MiB per
+/// point at 8 KiB, 16 MiB at 16 KiB), and from 128 KiB one timed iteration of 8-16 MiB after
+/// one untimed one (window 64 at 128-256 KiB, 16 at 512 KiB-1 MiB, 4 at 2-4 MiB). What that
+/// keeps:
+/// - the per-iteration cost (the ack round trip, ~50-100 us, during which the rails idle) stays
+///   under 1% at 4 rails: every iteration from 128 KiB carries 8-16 MiB (17-35 ms of wire at 4
+///   rails), as the old window of 8 x 1 MiB did;
+/// - the tbf burst (128 KiB per rail) is spent in the untimed iteration (>= 1 MiB everywhere
+///   from 4 KiB), so no point runs faster than the wire;
+/// - every timed point lasts >= ~15 ms at 4 rails (the old 8 KiB point: 16 ms), 35-140 ms at one
+///   rail for 16 KiB and up; what varies between runs on this 2-core VM is whole runs (a job
+///   lands in a slow mode, a rank is descheduled), which the median of 3 removes and a longer
+///   run does not.
+///
+/// Up to 1 KiB the message rate, not the wire, is the limit (~7 us per message here): 50
+/// iterations of 64 messages (~22 ms per size) instead of 100.
 pub fn segments(bench: Bench, quick: bool) -> Vec<Segment> {
     let seg = |sizes, iterations, warmup, window| Segment {
         sizes,
@@ -43,21 +66,41 @@ pub fn segments(bench: Bench, quick: bool) -> Vec<Segment> {
         (Bench::Latency, false) => vec![seg("1:64k", 100, 10, 1)],
         (Bench::Latency, true) => vec![seg("1:4k", 50, 5, 1)],
         (_, false) => vec![
-            seg("1:4k", 100, 10, 64),
-            seg("8k:64k", 10, 2, 64),
-            seg("128k:512k", 3, 1, 64),
-            seg("1M:4M", 3, 1, 8),
+            seg("1:1k", 50, 5, 64),
+            seg("2k:4k", 64, 6, 64),
+            seg("8k:16k", 16, 2, 64),
+            seg("32k:64k", 4, 1, 64),
+            seg("128k:256k", 1, 1, 64),
+            seg("512k:1M", 1, 1, 16),
+            seg("2M:4M", 1, 1, 4),
         ],
         (_, true) => vec![seg("1:64k", 3, 1, 16), seg("4M:4M", 2, 1, 4)],
     }
 }
 
-/// Runs of each latency segment; the report keeps the median per size.
-pub fn repeats(bench: Bench) -> usize {
-    if bench == Bench::Latency {
-        3
-    } else {
-        1
+/// The benchmarks of the second part, on rails without a rate limit.
+pub const UNLIMITED_BENCHES: [Bench; 2] = [Bench::Bw, Bench::Bibw];
+/// Rail counts of the second part (issue 10: 1 and 4 unlimited rails).
+pub const UNLIMITED_RAIL_COUNTS: [u32; 2] = [1, 4];
+
+/// The segments of the second part: bw and bibw, 64 KiB to 4 MiB, on rails without a rate
+/// limit (veth without tbf: the 2 cores, not a wire, are the limit, at 2-6 GB/s). 128-512 MiB
+/// per point (~40-100 ms), one untimed iteration of 4-16 MiB first.
+pub fn unlimited_segments(bench: Bench, quick: bool) -> Vec<Segment> {
+    let seg = |sizes, iterations, warmup, window| Segment {
+        sizes,
+        iterations,
+        warmup,
+        window,
+    };
+    match (bench, quick) {
+        (Bench::Latency, _) => vec![],
+        (_, false) => vec![
+            seg("64k:128k", 32, 2, 64),
+            seg("256k:512k", 8, 1, 64),
+            seg("1M:4M", 8, 1, 16),
+        ],
+        (_, true) => vec![seg("64k:4M", 2, 1, 4)],
     }
 }
 
@@ -110,12 +153,12 @@ mod tests {
     #[test]
     fn testbed_job_line() {
         let mode = Mode::Testbed { name: "hxd".into() };
-        let seg = segments(Bench::Bw, false)[3];
+        let seg = segments(Bench::Bw, false)[6];
         let a = job_args(&mode, "/x/hxcomm", "stripe", 2, Bench::Bw, &seg).join(" ");
         assert_eq!(
             a,
             "run -n 2 --net --name hxd --env HX_RAILS=r0,r1 --policy stripe --timeout 90 -- \
-             /x/hxcomm bench bw --sizes 1M:4M --iterations 3 --warmup 1 --window 8 --json"
+             /x/hxcomm bench bw --sizes 2M:4M --iterations 1 --warmup 1 --window 4 --json"
         );
     }
 
@@ -141,5 +184,60 @@ mod tests {
         }
         assert_eq!(rail_names(4), "r0,r1,r2,r3");
         assert_eq!(rail_names(1), "r0");
+    }
+
+    /// The powers of two of a `MIN:MAX` range with k/M suffixes, as `hxcomm bench` reads it.
+    fn sizes(range: &str) -> Vec<u64> {
+        let num = |v: &str| -> u64 {
+            match v.strip_suffix(['k', 'K']) {
+                Some(n) => n.parse::<u64>().unwrap() << 10,
+                None => match v.strip_suffix('M') {
+                    Some(n) => n.parse::<u64>().unwrap() << 20,
+                    None => v.parse().unwrap(),
+                },
+            }
+        };
+        let (lo, hi) = range.split_once(':').unwrap_or((range, range));
+        let (lo, hi) = (num(lo), num(hi));
+        (0..63)
+            .map(|e| 1u64 << e)
+            .filter(|s| (lo..=hi).contains(s))
+            .collect()
+    }
+
+    fn covered(segs: &[Segment]) -> Vec<u64> {
+        segs.iter().flat_map(|s| sizes(s.sizes)).collect()
+    }
+
+    #[test]
+    fn every_size_exactly_once() {
+        let pow = |lo: u32, hi: u32| (lo..=hi).map(|e| 1u64 << e).collect::<Vec<_>>();
+        for b in [Bench::Bw, Bench::Bibw] {
+            assert_eq!(covered(&segments(b, false)), pow(0, 22));
+            assert_eq!(covered(&unlimited_segments(b, false)), pow(16, 22));
+            assert_eq!(covered(&unlimited_segments(b, true)), pow(16, 22));
+        }
+        assert_eq!(covered(&segments(Bench::Latency, false)), pow(0, 16));
+        assert!(unlimited_segments(Bench::Latency, false).is_empty());
+    }
+
+    #[test]
+    fn bandwidth_iterations_carry_enough_bytes() {
+        // From 128 KiB every timed iteration carries >= 8 MiB (the ack round trip < 1% at 4
+        // rails), and from 4 KiB the untimed iterations >= 1 MiB (the tbf bursts spent).
+        for s in segments(Bench::Bw, false) {
+            for size in sizes(s.sizes) {
+                let per_iteration = size * s.window as u64;
+                if size >= 128 << 10 {
+                    assert!(per_iteration >= 8 << 20, "{s:?} at {size}");
+                }
+                if size >= 4 << 10 {
+                    assert!(
+                        per_iteration * s.warmup as u64 >= 1 << 20,
+                        "{s:?} at {size}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -4,9 +4,24 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::plan::{segments, Mode, POLICIES, RAIL_COUNTS};
+use crate::plan::{
+    segments, unlimited_segments, Mode, Segment, POLICIES, RAIL_COUNTS, UNLIMITED_BENCHES,
+    UNLIMITED_RAIL_COUNTS,
+};
 use crate::results::{self, Bench, ConfigResult, Row, RAIL_MB_PER_S};
 use crate::svg::{self, Panel, Plot, Reference, Series};
+use crate::verdict::{self, Bar, Group};
+
+/// What every file of the report says about the run itself.
+pub struct Run<'a> {
+    pub mode: &'a Mode,
+    pub load: &'a str,
+    pub quick: bool,
+    /// Runs of every segment (the median kept).
+    pub runs: usize,
+    pub date: &'a str,
+    pub seconds: f64,
+}
 
 /// The basis of the wire-limit percentages, as printed and recorded.
 pub const WIRE_BASIS: &str = "wire limit = R x 119.5 MB/s (bibw: 2 x R x 119.5): TCP payload of one 1 Gbit/s rail at MTU 1500 (1448 of every 1514 bytes on the wire; iperf3 measures the same on this testbed)";
@@ -65,57 +80,120 @@ fn figure_json(f: &results::Figure) -> Value {
            "half_bw_bytes": f.half_bw})
 }
 
-/// The whole run as one JSON document.
-pub fn results_json(
-    mode: &Mode,
-    load: &str,
-    quick: bool,
-    date: &str,
-    seconds: f64,
-    configs: &[ConfigResult],
-    rows: &[Row],
-) -> Value {
-    let wire = matches!(mode, Mode::Testbed { .. });
-    let plan: Value = Bench::ALL
+fn plan_json(benches: &[Bench], segs: &dyn Fn(Bench) -> Vec<Segment>, runs: usize) -> Value {
+    benches
         .iter()
         .map(|b| {
-            let segs: Vec<Value> = segments(*b, quick)
+            let segs: Vec<Value> = segs(*b)
                 .iter()
                 .map(|s| {
                     json!({"sizes": s.sizes, "iterations": s.iterations, "warmup": s.warmup,
-                                "window": s.window, "runs_median_of": crate::plan::repeats(*b)})
+                           "window": s.window, "runs_median_of": runs})
                 })
                 .collect();
             (b.name().to_string(), Value::from(segs))
         })
         .collect::<serde_json::Map<_, _>>()
-        .into();
+        .into()
+}
+
+fn config_json(r: &ConfigResult, wire: bool) -> Value {
+    json!({
+        "policy": r.policy, "rails": r.rails, "seconds": (r.seconds * 100.0).round() / 100.0,
+        "latency": points_json(Bench::Latency, r, wire),
+        "bw": points_json(Bench::Bw, r, wire),
+        "bibw": points_json(Bench::Bibw, r, wire),
+        "half_bw_bytes": {"bw": results::half_bw_size(&r.bw), "bibw": results::half_bw_size(&r.bibw)},
+        "peak_mb_per_s": {"bw": results::peak(&r.bw), "bibw": results::peak(&r.bibw)},
+    })
+}
+
+/// The whole run as one JSON document: the 1 Gbit/s (or loopback) configurations with their
+/// summary, the unlimited-rail configurations (empty when that part did not run), and the
+/// verdicts of both.
+pub fn results_json(
+    run: &Run,
+    configs: &[ConfigResult],
+    rows: &[Row],
+    unlimited: &[ConfigResult],
+    groups: &[Group],
+    bars: &[Bar],
+) -> Value {
+    let wire = matches!(run.mode, Mode::Testbed { .. });
+    let quick = run.quick;
     json!({
         "tool": "hxcomm demo",
-        "date": date,
-        "load_average_at_start": load,
-        "mode": match mode { Mode::Testbed { .. } => "testbed", Mode::Loopback => "loopback" },
-        "testbed": match mode {
+        "date": run.date,
+        "load_average_at_start": run.load,
+        "mode": match run.mode { Mode::Testbed { .. } => "testbed", Mode::Loopback => "loopback" },
+        "testbed": match run.mode {
             Mode::Testbed { name } => json!({"name": name, "hosts": 2, "rails": 4, "rate": "1gbit", "mtu": 1500}),
             Mode::Loopback => Value::Null,
         },
         "wire_limit": if wire { json!({"mb_per_s_per_rail": RAIL_MB_PER_S, "basis": WIRE_BASIS}) } else { Value::Null },
         "units": {"latency": "usec (half round trip)", "bw": "MB/s (10^6 bytes)", "bibw": "MB/s, both directions summed"},
-        "plan": plan,
-        "seconds": (seconds * 10.0).round() / 10.0,
-        "configs": configs.iter().map(|r| json!({
-            "policy": r.policy, "rails": r.rails, "seconds": (r.seconds * 100.0).round() / 100.0,
-            "latency": points_json(Bench::Latency, r, wire),
-            "bw": points_json(Bench::Bw, r, wire),
-            "bibw": points_json(Bench::Bibw, r, wire),
-            "half_bw_bytes": {"bw": results::half_bw_size(&r.bw), "bibw": results::half_bw_size(&r.bibw)},
-            "peak_mb_per_s": {"bw": results::peak(&r.bw), "bibw": results::peak(&r.bibw)},
-        })).collect::<Vec<_>>(),
+        "runs": run.runs,
+        "plan": plan_json(&Bench::ALL, &|b| segments(b, quick), run.runs),
+        "seconds": (run.seconds * 10.0).round() / 10.0,
+        "configs": configs.iter().map(|r| config_json(r, wire)).collect::<Vec<_>>(),
         "summary": rows.iter().map(|r| json!({
             "policy": r.policy, "rails": r.rails,
             "latency_8b": figure_json(&r.latency), "bw_4m": figure_json(&r.bw), "bibw_4m": figure_json(&r.bibw),
         })).collect::<Vec<_>>(),
+        "unlimited": if unlimited.is_empty() { Value::Null } else { json!({
+            "testbed": match run.mode {
+                Mode::Testbed { name } => json!({"name": name, "hosts": 2, "rails": 4, "rate": "none", "mtu": 1500}),
+                Mode::Loopback => Value::Null,
+            },
+            "plan": plan_json(&UNLIMITED_BENCHES, &|b| unlimited_segments(b, quick), run.runs),
+            "configs": unlimited.iter().map(|r| config_json(r, false)).collect::<Vec<_>>(),
+        })},
+        "verdicts": verdict::to_json(groups, bars),
     })
+}
+
+/// summary.md: what ran, the summary table, and the verdicts.
+pub fn summary_markdown(
+    run: &Run,
+    what: &str,
+    table_md: &str,
+    wire: bool,
+    verdicts_md: &str,
+    bars: &[Bar],
+) -> String {
+    let mut out = format!(
+        "# hxcomm demo, {} ({what}; {} run{} per segment, medians; {:.0} s; load average at start {})\n\n",
+        run.date,
+        run.runs,
+        if run.runs == 1 { "" } else { "s" },
+        run.seconds,
+        run.load
+    );
+    out += "Latency at 8 B, bandwidth at 4 MiB; x1 = multiple of the same policy on 1 rail; half-bw = smallest message size reaching half of that configuration's peak bandwidth.\n\n";
+    out += table_md;
+    if wire {
+        out += &format!("\n{WIRE_BASIS}.\n");
+    }
+    out += &format!("\n## Verdicts\n\n{}.\n\n", verdict::RULE);
+    out += verdicts_md;
+    out += "\n";
+    for b in bars {
+        out += &format!("- {}\n", b.line());
+    }
+    out
+}
+
+/// summary.txt: the summary table and the verdicts as the terminal shows them.
+pub fn summary_text(table: &str, wire: bool, verdicts: &str, bars: &[Bar]) -> String {
+    let mut out = table.to_string();
+    if wire {
+        out += &format!("{WIRE_BASIS}\n");
+    }
+    out += &format!("\nVerdicts ({}):\n{verdicts}", verdict::RULE);
+    for b in bars {
+        out += &format!("{}\n", b.line());
+    }
+    out
 }
 
 fn series_of(r: &ConfigResult, bench: Bench, label: String) -> Series {
@@ -217,12 +295,46 @@ pub fn plots(configs: &[ConfigResult], wire: bool, what: &str) -> Vec<(String, P
     out
 }
 
+/// The unlimited-rail part: one panel per benchmark and rail count, a line per policy.
+pub fn unlimited_plots(unlimited: &[ConfigResult]) -> Vec<(String, Plot)> {
+    if unlimited.is_empty() {
+        return vec![];
+    }
+    let panels = UNLIMITED_BENCHES
+        .iter()
+        .flat_map(|&bench| {
+            UNLIMITED_RAIL_COUNTS.iter().map(move |&n| Panel {
+                title: format!("{}, {}", bench.name(), rails_label(n)),
+                series: POLICIES
+                    .iter()
+                    .filter_map(|p| {
+                        unlimited
+                            .iter()
+                            .find(|c| c.policy == *p && c.rails == n)
+                            .map(|c| series_of(c, bench, p.to_string()))
+                    })
+                    .collect(),
+                references: vec![],
+            })
+        })
+        .collect();
+    vec![(
+        "unlimited-by-rails.svg".into(),
+        Plot {
+            title: "hxcomm bw and bibw on rails without a rate limit (testbed, --rate none)".into(),
+            y_label: "bandwidth (MB/s; bibw: both directions)".into(),
+            log_y: false,
+            panels,
+        },
+    )]
+}
+
 /// Writes every file of the report into `dir`; returns the file names.
 pub fn write(
     dir: &Path,
     json: &Value,
-    table_text: &str,
-    table_md: &str,
+    summary_text: &str,
+    summary_md: &str,
     plots: &[(String, Plot)],
 ) -> Result<Vec<String>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -231,8 +343,8 @@ pub fn write(
             "results.json".into(),
             serde_json::to_string_pretty(json).unwrap_or_default() + "\n",
         ),
-        ("summary.txt".into(), table_text.to_string()),
-        ("summary.md".into(), table_md.to_string()),
+        ("summary.txt".into(), summary_text.to_string()),
+        ("summary.md".into(), summary_md.to_string()),
     ];
     for (name, plot) in plots {
         files.push((name.clone(), svg::render(plot)));
@@ -300,23 +412,57 @@ mod tests {
         assert!(!svg::render(&plots(&configs, false, "loopback")[0].1).contains("wire limit"));
 
         let rows = results::summarize(&configs, true);
-        let j = results_json(
-            &Mode::Testbed { name: "hxd".into() },
-            "0.00 0.00 0.00",
-            false,
-            "d",
-            1.0,
-            &configs,
-            &rows,
-        );
+        let unlimited: Vec<ConfigResult> = POLICIES
+            .iter()
+            .flat_map(|p| UNLIMITED_RAIL_COUNTS.iter().map(move |&n| cfg(p, n)))
+            .collect();
+        let mut groups = verdict::groups("1gbit", &configs, &Bench::ALL);
+        groups.extend(verdict::groups("unlimited", &unlimited, &UNLIMITED_BENCHES));
+        assert_eq!(groups.len(), 9 + 4);
+        let bars = vec![verdict::bar("b", &groups, "1gbit", &[2, 4])];
+        let mode = Mode::Testbed { name: "hxd".into() };
+        let run = Run {
+            mode: &mode,
+            load: "0.00 0.00 0.00",
+            quick: false,
+            runs: 3,
+            date: "d",
+            seconds: 1.0,
+        };
+        let j = results_json(&run, &configs, &rows, &unlimited, &groups, &bars);
         assert_eq!(j["configs"].as_array().unwrap().len(), 12);
         assert_eq!(j["configs"][0]["bw"][22]["bytes"], 4 << 20);
         assert!(j["configs"][0]["bw"][22]["pct_wire"].as_f64().is_some());
-        assert_eq!(j["plan"]["bw"].as_array().unwrap().len(), 4);
+        assert_eq!(
+            j["plan"]["bw"].as_array().unwrap().len(),
+            segments(Bench::Bw, false).len()
+        );
+        assert_eq!(j["plan"]["latency"][0]["runs_median_of"], 3);
         assert_eq!(j["mode"], "testbed");
+        assert_eq!(j["unlimited"]["testbed"]["rate"], "none");
+        assert_eq!(j["unlimited"]["configs"].as_array().unwrap().len(), 8);
+        assert!(j["unlimited"]["configs"][0]["bw"][22]["pct_wire"].is_null());
+        assert_eq!(j["verdicts"]["groups"].as_array().unwrap().len(), 13);
+        assert_eq!(j["verdicts"]["groups"][9]["part"], "unlimited");
+        // Without the second part there is no "unlimited" section.
+        let j0 = results_json(&run, &configs, &rows, &[], &groups[..9], &bars);
+        assert!(j0["unlimited"].is_null());
+        let up = unlimited_plots(&unlimited);
+        assert_eq!(up.len(), 1);
+        let svg = svg::render(&up[0].1);
+        assert_eq!(svg.matches("<polyline class=\"series\"").count(), 16);
+        assert!(unlimited_plots(&[]).is_empty());
+
+        let vmd = verdict::format_markdown(&groups);
+        let md = summary_markdown(&run, "testbed", "|t|\n", true, &vmd, &bars);
+        assert!(md.starts_with("# hxcomm demo, d (testbed; 3 runs per segment"));
+        assert!(md.contains("## Verdicts"));
+        assert!(md.contains("| unlimited | 4 | bibw |"), "{md}");
+        let txt = summary_text("t\n", true, "v\n", &bars);
+        assert!(txt.contains("Verdicts ("));
 
         let dir = std::env::temp_dir().join(format!("hxdemo-report-{}", std::process::id()));
-        let files = write(&dir, &j, "t", "m", &ps).unwrap();
+        let files = write(&dir, &j, "t", &md, &ps).unwrap();
         assert!(files.contains(&"results.json".to_string()));
         for f in &files {
             assert!(dir.join(f).metadata().unwrap().len() > 0);

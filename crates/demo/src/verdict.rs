@@ -1,0 +1,551 @@
+//! The demo's own verdicts: at every message size, the adaptive policy against the best of the
+//! fixed policies (bind, rr, stripe) at that size, "ok" within 5% (issue 10: "adaptive within
+//! 5% of the best fixed policy at every size"). Latency: lower is better, ok when adaptive <=
+//! 1.05 x the lowest; bw, bibw: higher is better, ok when adaptive >= 0.95 x the highest.
+
+use serde_json::{json, Value};
+
+use crate::results::{at, fmt_size, Bench, ConfigResult};
+
+/// How far adaptive may be from the best fixed policy.
+pub const TOLERANCE: f64 = 0.05;
+/// The policies adaptive is held against.
+pub const FIXED: [&str; 3] = ["bind", "rr", "stripe"];
+/// The policy judged.
+pub const CANDIDATE: &str = "adaptive";
+/// The rule, as printed and recorded.
+pub const RULE: &str = "adaptive against the best of bind, rr, stripe at each size; ok: bw/bibw >= 0.95 x the highest, latency <= 1.05 x the lowest (medians of the runs)";
+
+/// Which way a benchmark's figure improves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Better {
+    Lower,
+    Higher,
+}
+
+impl Better {
+    pub fn of(bench: Bench) -> Better {
+        if bench == Bench::Latency {
+            Better::Lower
+        } else {
+            Better::Higher
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Better::Lower => "lower",
+            Better::Higher => "higher",
+        }
+    }
+
+    /// Whether `a` beats `b` strictly.
+    fn beats(self, a: f64, b: f64) -> bool {
+        match self {
+            Better::Lower => a < b,
+            Better::Higher => a > b,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Within the tolerance of the best fixed policy (or better).
+    Ok,
+    /// Further than the tolerance behind.
+    Miss,
+    /// No adaptive figure at this size.
+    NoAdaptive,
+    /// No fixed policy has a figure at this size.
+    NoReference,
+}
+
+impl Status {
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Miss => "MISS",
+            Status::NoAdaptive => "no adaptive figure",
+            Status::NoReference => "no fixed-policy figure",
+        }
+    }
+}
+
+/// The verdict at one size.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointVerdict {
+    pub bytes: u64,
+    pub adaptive: Option<f64>,
+    /// The best fixed policy at this size (the first of [`FIXED`] on a tie).
+    pub best_policy: Option<String>,
+    pub best: Option<f64>,
+    /// adaptive / best (None when either is missing or best is not above 0).
+    pub ratio: Option<f64>,
+    pub status: Status,
+}
+
+/// A usable figure: finite and not negative.
+fn usable(v: Option<f64>) -> Option<f64> {
+    v.filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+/// The verdict at one size from adaptive's figure and the fixed policies' figures.
+pub fn judge(
+    bytes: u64,
+    adaptive: Option<f64>,
+    fixed: &[(&str, Option<f64>)],
+    better: Better,
+) -> PointVerdict {
+    let mut best: Option<(&str, f64)> = None;
+    for &(p, v) in fixed {
+        if let Some(v) = usable(v) {
+            if best.is_none_or(|(_, b)| better.beats(v, b)) {
+                best = Some((p, v));
+            }
+        }
+    }
+    let adaptive = usable(adaptive);
+    let ratio = match (adaptive, best) {
+        (Some(a), Some((_, b))) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let status = match (adaptive, best) {
+        (None, _) => Status::NoAdaptive,
+        (_, None) => Status::NoReference,
+        (Some(a), Some((_, b))) => {
+            // A relative slack of 1e-9 so that exactly 5% counts as within 5%.
+            let slack = 1e-9 * b;
+            let ok = match better {
+                Better::Lower => a <= b * (1.0 + TOLERANCE) + slack,
+                Better::Higher => a >= b * (1.0 - TOLERANCE) - slack,
+            };
+            if ok {
+                Status::Ok
+            } else {
+                Status::Miss
+            }
+        }
+    };
+    PointVerdict {
+        bytes,
+        adaptive,
+        best_policy: best.map(|(p, _)| p.to_string()),
+        best: best.map(|(_, v)| v),
+        ratio,
+        status,
+    }
+}
+
+/// The verdicts of one benchmark over one rail count of one part of the demo.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    /// "1gbit", "unlimited" or "loopback".
+    pub part: String,
+    pub rails: u32,
+    pub bench: Bench,
+    pub points: Vec<PointVerdict>,
+}
+
+impl Group {
+    pub fn ok(&self) -> usize {
+        self.count(Status::Ok)
+    }
+
+    pub fn count(&self, s: Status) -> usize {
+        self.points.iter().filter(|p| p.status == s).count()
+    }
+
+    /// Sizes that are not ok (misses and missing figures).
+    pub fn not_ok(&self) -> impl Iterator<Item = &PointVerdict> {
+        self.points.iter().filter(|p| p.status != Status::Ok)
+    }
+}
+
+/// The verdicts of every rail count and benchmark in `configs` (in the order rail counts and
+/// benchmarks first appear), over the union of the sizes any policy measured.
+pub fn groups(part: &str, configs: &[ConfigResult], benches: &[Bench]) -> Vec<Group> {
+    let mut rails: Vec<u32> = Vec::new();
+    for c in configs {
+        if !rails.contains(&c.rails) {
+            rails.push(c.rails);
+        }
+    }
+    let mut out = Vec::new();
+    for &n in &rails {
+        let find = |p: &str| configs.iter().find(|c| c.rails == n && c.policy == p);
+        for &bench in benches {
+            let mut sizes: Vec<u64> = configs
+                .iter()
+                .filter(|c| c.rails == n)
+                .flat_map(|c| c.series(bench).iter().map(|p| p.bytes))
+                .collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            if sizes.is_empty() {
+                continue;
+            }
+            let points = sizes
+                .into_iter()
+                .map(|bytes| {
+                    let fig = |p: &str| find(p).and_then(|c| at(c.series(bench), bytes));
+                    let fixed: Vec<(&str, Option<f64>)> =
+                        FIXED.iter().map(|&p| (p, fig(p))).collect();
+                    judge(bytes, fig(CANDIDATE), &fixed, Better::of(bench))
+                })
+                .collect();
+            out.push(Group {
+                part: part.into(),
+                rails: n,
+                bench,
+                points,
+            });
+        }
+    }
+    out
+}
+
+/// A figure (us or MB/s): two decimals below 100, one above.
+fn fig(v: f64) -> String {
+    if v < 100.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// One size that is not ok, for the tables: `16K 211.7 vs rr 239.4 (0.88)`.
+pub fn describe(p: &PointVerdict) -> String {
+    match (p.status, p.adaptive, &p.best_policy, p.best) {
+        (Status::NoAdaptive, ..) => format!("{} no adaptive figure", fmt_size(p.bytes)),
+        (Status::NoReference, ..) => format!("{} no fixed-policy figure", fmt_size(p.bytes)),
+        (_, Some(a), Some(bp), Some(b)) => format!(
+            "{} {} vs {bp} {}{}",
+            fmt_size(p.bytes),
+            fig(a),
+            fig(b),
+            p.ratio.map_or(String::new(), |r| format!(" ({r:.2})")),
+        ),
+        _ => fmt_size(p.bytes),
+    }
+}
+
+/// The cells of the verdict table: part, rails, bench, ok (n/m), sizes not ok.
+fn rows(groups: &[Group]) -> Vec<[String; 5]> {
+    groups
+        .iter()
+        .map(|g| {
+            let misses: Vec<String> = g.not_ok().map(describe).collect();
+            [
+                g.part.clone(),
+                g.rails.to_string(),
+                g.bench.name().to_string(),
+                format!("{}/{}", g.ok(), g.points.len()),
+                if misses.is_empty() {
+                    "-".into()
+                } else {
+                    misses.join("; ")
+                },
+            ]
+        })
+        .collect()
+}
+
+const HEADER: [&str; 5] = [
+    "part",
+    "rails",
+    "bench",
+    "ok",
+    "not ok: size adaptive vs best fixed policy (adaptive / best)",
+];
+
+/// The verdict table for a terminal.
+pub fn format_text(groups: &[Group]) -> String {
+    let rows = rows(groups);
+    let mut width: Vec<usize> = HEADER[..4].iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (w, c) in width.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        format!(
+            "{:<w0$}  {:>w1$}  {:<w2$}  {:>w3$}  {}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            w0 = width[0],
+            w1 = width[1],
+            w2 = width[2],
+            w3 = width[3]
+        )
+        .trim_end()
+        .to_string()
+            + "\n"
+    };
+    let mut out = line(HEADER);
+    for r in &rows {
+        out += &line([&r[0], &r[1], &r[2], &r[3], &r[4]]);
+    }
+    out
+}
+
+/// The verdict table in Markdown.
+pub fn format_markdown(groups: &[Group]) -> String {
+    let mut out = format!("| {} |\n|---|---:|---|---:|---|\n", HEADER.join(" | "));
+    for r in rows(groups) {
+        out += &format!("| {} |\n", r.join(" | "));
+    }
+    out
+}
+
+/// One bar: its name, the groups it covers, and whether every size of them is ok.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bar {
+    pub name: String,
+    pub ok: usize,
+    pub total: usize,
+}
+
+impl Bar {
+    pub fn met(&self) -> bool {
+        self.total > 0 && self.ok == self.total
+    }
+
+    /// `name: met (n of n sizes ok)` / `name: not met (k of n sizes ok)`.
+    pub fn line(&self) -> String {
+        format!(
+            "{}: {} ({} of {} sizes ok)",
+            self.name,
+            if self.met() { "met" } else { "NOT met" },
+            self.ok,
+            self.total
+        )
+    }
+}
+
+/// The bar over the groups of `part` whose rail count is in `rails`.
+pub fn bar(name: &str, groups: &[Group], part: &str, rails: &[u32]) -> Bar {
+    let g: Vec<&Group> = groups
+        .iter()
+        .filter(|g| g.part == part && rails.contains(&g.rails))
+        .collect();
+    Bar {
+        name: name.into(),
+        ok: g.iter().map(|g| g.ok()).sum(),
+        total: g.iter().map(|g| g.points.len()).sum(),
+    }
+}
+
+/// The verdicts as JSON.
+pub fn to_json(groups: &[Group], bars: &[Bar]) -> Value {
+    json!({
+        "rule": RULE,
+        "tolerance": TOLERANCE,
+        "bars": bars.iter().map(|b| json!({"name": b.name, "met": b.met(), "ok": b.ok, "sizes": b.total})).collect::<Vec<_>>(),
+        "groups": groups.iter().map(|g| json!({
+            "part": g.part,
+            "rails": g.rails,
+            "bench": g.bench.name(),
+            "better": Better::of(g.bench).name(),
+            "ok": g.ok(),
+            "miss": g.count(Status::Miss),
+            "missing": g.points.len() - g.ok() - g.count(Status::Miss),
+            "sizes": g.points.len(),
+            "points": g.points.iter().map(|p| json!({
+                "bytes": p.bytes,
+                "adaptive": p.adaptive,
+                "best_policy": p.best_policy,
+                "best": p.best,
+                "ratio": p.ratio.map(|r| (r * 1e4).round() / 1e4),
+                "verdict": p.status.name(),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::Point;
+
+    fn fixed(bind: f64, rr: f64, stripe: f64) -> Vec<(&'static str, Option<f64>)> {
+        vec![
+            ("bind", Some(bind)),
+            ("rr", Some(rr)),
+            ("stripe", Some(stripe)),
+        ]
+    }
+
+    #[test]
+    fn higher_is_better_for_bandwidth() {
+        let v = judge(
+            16384,
+            Some(211.7),
+            &fixed(119.0, 239.4, 230.0),
+            Better::Higher,
+        );
+        assert_eq!(v.status, Status::Miss);
+        assert_eq!(v.best_policy.as_deref(), Some("rr"));
+        assert_eq!(v.best, Some(239.4));
+        assert!((v.ratio.unwrap() - 211.7 / 239.4).abs() < 1e-12);
+        // 4% below: ok; above the best: ok with a ratio over 1.
+        let v = judge(1, Some(96.0), &fixed(50.0, 100.0, 99.0), Better::Higher);
+        assert_eq!(v.status, Status::Ok);
+        let v = judge(1, Some(130.0), &fixed(50.0, 100.0, 99.0), Better::Higher);
+        assert_eq!((v.status, v.ratio), (Status::Ok, Some(1.3)));
+        // Exactly 5% below is within 5%; a little more is not.
+        assert_eq!(
+            judge(1, Some(95.0), &fixed(1.0, 100.0, 2.0), Better::Higher).status,
+            Status::Ok
+        );
+        assert_eq!(
+            judge(1, Some(94.99), &fixed(1.0, 100.0, 2.0), Better::Higher).status,
+            Status::Miss
+        );
+    }
+
+    #[test]
+    fn lower_is_better_for_latency() {
+        // The best latency is the lowest: bind's 2.0 here, not stripe's 5.3.
+        let v = judge(8, Some(5.9), &fixed(2.0, 2.05, 5.3), Better::Lower);
+        assert_eq!(v.status, Status::Miss);
+        assert_eq!(
+            (v.best_policy.as_deref(), v.best),
+            (Some("bind"), Some(2.0))
+        );
+        assert!((v.ratio.unwrap() - 2.95).abs() < 1e-12);
+        assert_eq!(
+            judge(8, Some(2.1), &fixed(2.0, 2.05, 5.3), Better::Lower).status,
+            Status::Ok
+        );
+        assert_eq!(
+            judge(8, Some(2.11), &fixed(2.0, 2.05, 5.3), Better::Lower).status,
+            Status::Miss
+        );
+        // Faster than every fixed policy: ok.
+        assert_eq!(
+            judge(8, Some(1.0), &fixed(2.0, 2.05, 5.3), Better::Lower).status,
+            Status::Ok
+        );
+        // The same figures judged the other way round give the other answer.
+        assert_eq!(
+            judge(8, Some(5.9), &fixed(2.0, 2.05, 5.3), Better::Higher).status,
+            Status::Ok
+        );
+    }
+
+    #[test]
+    fn ties_take_the_first_fixed_policy_and_are_ok() {
+        let v = judge(64, Some(10.0), &fixed(10.0, 10.0, 10.0), Better::Higher);
+        assert_eq!(v.status, Status::Ok);
+        assert_eq!(v.best_policy.as_deref(), Some("bind"));
+        assert_eq!(v.ratio, Some(1.0));
+        let v = judge(64, Some(3.0), &fixed(4.0, 3.0, 3.0), Better::Lower);
+        assert_eq!(
+            (v.status, v.best_policy.as_deref()),
+            (Status::Ok, Some("rr"))
+        );
+    }
+
+    #[test]
+    fn missing_points() {
+        // A fixed policy without the size: the best of the others.
+        let f = vec![
+            ("bind", None),
+            ("rr", Some(200.0)),
+            ("stripe", Some(f64::NAN)),
+        ];
+        let v = judge(1, Some(150.0), &f, Better::Higher);
+        assert_eq!(
+            (v.status, v.best_policy.as_deref()),
+            (Status::Miss, Some("rr"))
+        );
+        // No adaptive figure, or none of the fixed policies: not ok, and said so.
+        let v = judge(1, None, &fixed(1.0, 2.0, 3.0), Better::Higher);
+        assert_eq!((v.status, v.ratio), (Status::NoAdaptive, None));
+        assert_eq!(v.best, Some(3.0));
+        let none: Vec<(&str, Option<f64>)> = FIXED.iter().map(|&p| (p, None)).collect();
+        let v = judge(1, Some(1.0), &none, Better::Lower);
+        assert_eq!(
+            (v.status, v.best_policy.clone()),
+            (Status::NoReference, None)
+        );
+        // A zero best: no ratio, but a verdict.
+        let v = judge(1, Some(0.0), &fixed(0.0, 0.0, 0.0), Better::Higher);
+        assert_eq!((v.status, v.ratio), (Status::Ok, None));
+    }
+
+    fn pt(bytes: u64, value: f64) -> Point {
+        Point {
+            bytes,
+            value,
+            cpu_s_per_gb: None,
+            rails: None,
+            policy: None,
+        }
+    }
+
+    fn cfg(policy: &str, rails: u32, bw: &[(u64, f64)], lat: &[(u64, f64)]) -> ConfigResult {
+        ConfigResult {
+            policy: policy.into(),
+            rails,
+            latency: lat.iter().map(|&(b, v)| pt(b, v)).collect(),
+            bw: bw.iter().map(|&(b, v)| pt(b, v)).collect(),
+            bibw: vec![],
+            seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn groups_tables_and_bars() {
+        let configs = vec![
+            cfg("bind", 2, &[(1, 1.0), (2, 2.0)], &[(8, 2.0)]),
+            cfg("rr", 2, &[(1, 1.1), (2, 4.0)], &[(8, 2.1)]),
+            cfg("stripe", 2, &[(1, 0.9), (2, 3.9)], &[(8, 5.0)]),
+            // adaptive lacks the 2-byte bandwidth point.
+            cfg("adaptive", 2, &[(1, 1.05)], &[(8, 2.05)]),
+            cfg("bind", 4, &[(1, 1.0)], &[]),
+            cfg("adaptive", 4, &[(1, 0.5)], &[]),
+        ];
+        let g = groups("1gbit", &configs, &[Bench::Latency, Bench::Bw, Bench::Bibw]);
+        // 2 rails: latency and bw; 4 rails: bw only (no latency or bibw points at all).
+        let keys: Vec<(u32, Bench)> = g.iter().map(|g| (g.rails, g.bench)).collect();
+        assert_eq!(
+            keys,
+            vec![(2, Bench::Latency), (2, Bench::Bw), (4, Bench::Bw)]
+        );
+        assert_eq!((g[0].ok(), g[0].points.len()), (1, 1));
+        assert_eq!((g[1].ok(), g[1].points.len()), (1, 2));
+        assert_eq!(g[1].points[1].status, Status::NoAdaptive);
+        assert_eq!(g[2].points[0].status, Status::Miss);
+        assert_eq!(g[2].points[0].best_policy.as_deref(), Some("bind"));
+
+        let text = format_text(&g);
+        assert_eq!(text.lines().count(), 4, "{text}");
+        assert!(text.lines().nth(1).unwrap().ends_with("1/1  -"), "{text}");
+        assert!(text.contains("2 no adaptive figure"), "{text}");
+        assert!(text.contains("1 0.50 vs bind 1.00 (0.50)"), "{text}");
+        let md = format_markdown(&g);
+        assert_eq!(md.lines().count(), 5);
+        assert!(md.lines().all(|l| l.starts_with('|') && l.ends_with('|')));
+
+        let b = bar("2 and 4 rails", &g, "1gbit", &[2, 4]);
+        assert_eq!((b.ok, b.total, b.met()), (2, 4, false));
+        assert!(b.line().contains("NOT met (2 of 4 sizes ok)"));
+        let b2 = bar("latency", &g[..1], "1gbit", &[2]);
+        assert!(b2.met());
+        assert!(!bar("none", &g, "unlimited", &[1]).met());
+
+        let j = to_json(&g, &[b]);
+        assert_eq!(j["groups"][1]["bench"], "bw");
+        assert_eq!(j["groups"][1]["better"], "higher");
+        assert_eq!(j["groups"][0]["better"], "lower");
+        assert_eq!(j["groups"][1]["missing"], 1);
+        assert_eq!(j["groups"][2]["miss"], 1);
+        assert_eq!(j["groups"][2]["points"][0]["verdict"], "MISS");
+        assert_eq!(j["groups"][2]["points"][0]["ratio"], 0.5);
+        assert_eq!(j["bars"][0]["met"], false);
+    }
+}
