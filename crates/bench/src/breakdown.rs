@@ -13,7 +13,11 @@
 //! testbed are), so they subtract; across machines only the parts within one side are valid.
 //!
 //! The parts' medians must add up to the measured one-way time (half the round trip of the same
-//! traced run) within 10%; the table says so. Beside it: the raw floor, a plain TCP ping-pong
+//! traced run) within 10%; the table says so. With the receiver sleeping, some messages find it
+//! awake (no wakeup) and medians of the two humps mixed do not add up: the messages it slept for
+//! and those that found it awake are broken down apart, each against its own messages' one way
+//! (per message, first stamp to last), and the round trip's one way beside the two totals
+//! weighted by their shares. Beside it: the raw floor, a plain TCP ping-pong
 //! between the rail's own addresses (busy-polling and blocking; and sockperf's if installed),
 //! or for shared memory a cache-line ping-pong between the two processes.
 
