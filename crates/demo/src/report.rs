@@ -62,6 +62,9 @@ fn points_json(bench: Bench, r: &ConfigResult, wire: bool) -> Value {
         .iter()
         .map(|p| {
             let mut v = json!({ "bytes": p.bytes, "cpu_s_per_gb": p.cpu_s_per_gb });
+            if !p.runs.is_empty() {
+                v["runs"] = json!(p.runs);
+            }
             if bench == Bench::Latency {
                 v["usec"] = json!(p.value);
             } else {
@@ -377,6 +380,7 @@ mod tests {
                     cpu_s_per_gb: Some(1.0),
                     rails: Some(rails as u64),
                     policy: Some(policy.into()),
+                    runs: vec![],
                 })
                 .collect()
         };

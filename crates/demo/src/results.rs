@@ -44,6 +44,9 @@ pub struct Point {
     /// Rails to the peer as the rank reported them.
     pub rails: Option<u64>,
     pub policy: Option<String>,
+    /// Every run's figure at this size, in run order, when this point is their median
+    /// ([`median_by_size`]); empty for a single parsed run.
+    pub runs: Vec<f64>,
 }
 
 /// Parses the `--json` output of one benchmark run: every line that is a JSON object with
@@ -74,13 +77,14 @@ pub fn parse_lines(text: &str, bench: Bench) -> Result<Vec<Point>, String> {
             cpu_s_per_gb: v["cpu_s_per_gb"].as_f64(),
             rails: v["rails"].as_u64(),
             policy: v["policy"].as_str().map(str::to_string),
+            runs: vec![],
         });
     }
     Ok(out)
 }
 
 /// Merges repeated runs of one benchmark: per message size, the run with the median figure
-/// (the lower middle for an even count), in size order. One descheduled rank can turn a
+/// (the lower middle for an even count), in size order, with every run's figure in `runs`. One descheduled rank can turn a
 /// 2 us ping-pong into 200 us for a whole run on a busy machine; the median of three runs
 /// shows what the code does rather than what a neighbour did.
 pub fn median_by_size(runs: &[Vec<Point>]) -> Vec<Point> {
@@ -91,8 +95,12 @@ pub fn median_by_size(runs: &[Vec<Point>]) -> Vec<Point> {
         .into_iter()
         .filter_map(|b| {
             let mut at: Vec<&Point> = runs.iter().flatten().filter(|p| p.bytes == b).collect();
+            let all: Vec<f64> = at.iter().map(|p| p.value).collect();
             at.sort_by(|x, y| x.value.total_cmp(&y.value));
-            at.get((at.len().max(1) - 1) / 2).map(|p| (*p).clone())
+            at.get((at.len().max(1) - 1) / 2).map(|p| Point {
+                runs: all,
+                ..(*p).clone()
+            })
         })
         .collect()
 }
@@ -348,6 +356,7 @@ mod tests {
             cpu_s_per_gb: None,
             rails: None,
             policy: None,
+            runs: vec![],
         }
     }
 
@@ -389,11 +398,12 @@ not json {"bench":"bw"}
             vec![pt(8, 2.1), pt(16, 2.1), pt(32, 5.0)],
         ];
         let m = median_by_size(&runs);
-        assert_eq!(m, vec![pt(8, 2.1), pt(16, 2.2), pt(32, 5.0)]);
-        assert_eq!(
-            median_by_size(&[vec![pt(1, 3.0)], vec![pt(1, 1.0)]]),
-            vec![pt(1, 1.0)]
-        );
+        let values: Vec<(u64, f64)> = m.iter().map(|p| (p.bytes, p.value)).collect();
+        assert_eq!(values, vec![(8, 2.1), (16, 2.2), (32, 5.0)]);
+        assert_eq!(m[0].runs, vec![2.0, 190.0, 2.1]);
+        assert_eq!(m[2].runs, vec![5.0]);
+        let m = median_by_size(&[vec![pt(1, 3.0)], vec![pt(1, 1.0)]]);
+        assert_eq!((m[0].value, &m[0].runs), (1.0, &vec![3.0, 1.0]));
         assert!(median_by_size(&[]).is_empty());
     }
 

@@ -484,6 +484,7 @@ mod tests {
             cpu_s_per_gb: None,
             rails: None,
             policy: None,
+            runs: vec![],
         }
     }
 
