@@ -224,6 +224,8 @@ impl Engine {
         slot.shm = use_shm;
         slot.rails = routes.into_iter().map(RailSlot::new).collect();
         self.core.set_rails_down(p, slot.rails.len());
+        // Both sides choose shared memory by the same rule (both offer it, same host).
+        self.core.set_lossless(p, use_shm);
         if use_shm && self.direct_allowed() && addr.pid != 0 {
             self.core.set_direct(p, true);
         }

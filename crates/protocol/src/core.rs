@@ -136,6 +136,9 @@ pub(crate) struct Peer {
     pub credit_sent: u64,
     /// Same host and direct copies allowed: rendezvous data may bypass the link.
     pub direct: bool,
+    /// Its links never lose what they accepted (shared memory: a write is a delivery unless the
+    /// peer dies, and then nothing could be resent anyway): no log, no acknowledgements.
+    pub lossless: bool,
 }
 
 /// A rendezvous message the driver should copy straight into the receiver's memory (same host:
@@ -179,6 +182,7 @@ impl Peer {
             consumed: 0,
             credit_sent: 0,
             direct: false,
+            lossless: false,
         }
     }
 }
@@ -820,6 +824,12 @@ impl<B: Buffer> Core<B> {
     /// memory the driver can write).
     pub fn set_direct(&mut self, peer: Rank, on: bool) {
         self.peers[peer as usize].direct = on;
+    }
+
+    /// Declares `peer`'s links lossless (see [`Peer::lossless`]); both sides must agree, before
+    /// the first frame, as they do for shared memory.
+    pub fn set_lossless(&mut self, peer: Rank, on: bool) {
+        self.peers[peer as usize].lossless = on;
     }
 
     /// The next direct copy the driver should make.

@@ -220,6 +220,9 @@ impl<B: Buffer> Core<B> {
 
     /// Counts a reliable frame for acknowledgement, and asks for an explicit ack when due.
     fn frame_received(&mut self, peer: Rank, rail: usize, h: &FrameHeader) {
+        if self.peers[peer as usize].lossless {
+            return;
+        }
         if !matches!(
             h.kind,
             FrameKind::Eager

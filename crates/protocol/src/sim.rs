@@ -209,6 +209,28 @@ impl Cluster {
         }
     }
 
+    /// Every pair's links are lossless (shared memory): no log, no acknowledgements. Not to be
+    /// combined with [`cut`](Self::cut).
+    pub fn enable_lossless(&mut self) {
+        let n = self.cores.len();
+        for (i, c) in self.cores.iter_mut().enumerate() {
+            for j in 0..n {
+                if i != j {
+                    c.set_lossless(j as u32, true);
+                }
+            }
+        }
+    }
+
+    /// Frames written and still held for a resend, over every core and rail.
+    pub fn logged_frames(&self) -> usize {
+        let n = self.cores.len();
+        (0..n)
+            .flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j)))
+            .map(|(i, j)| self.cores[i].unacked_frames(j as u32))
+            .sum()
+    }
+
     /// Cuts `rail` between `a` and `b`: bytes in flight either way are lost and both ends notice
     /// (as a reset or a timeout would tell them).
     pub fn cut(&mut self, a: usize, b: usize, rail: usize) {

@@ -210,6 +210,20 @@ impl<B: Buffer> Core<B> {
             }
             return;
         }
+        if self.peers[peer as usize].lossless {
+            // Written is delivered: complete now, log nothing.
+            if let Some(req) = item.completes.take() {
+                self.eager_sent(req, &item);
+            }
+            match item.body {
+                Body::Req(req, _, len) if item.kind() == FrameKind::Data as u8 => {
+                    self.data_acked(req, len)
+                }
+                Body::Owned(v) if self.spare_bufs.len() < 64 => self.spare_bufs.push(v),
+                _ => {}
+            }
+            return;
+        }
         if let Some(req) = item.completes.take() {
             // An eager send is complete once written; keep a copy in case the rail breaks
             // before the peer acknowledges it.
@@ -221,26 +235,31 @@ impl<B: Buffer> Core<B> {
                 }
                 item.body = Body::Owned(copy);
             }
-            if let Some(r) = self.reqs.get_mut(req) {
-                let len = r.buf.as_slice().len();
-                r.completion = Completion::Done(crate::Status {
-                    source: self.me,
-                    src_ep: u16::from_le_bytes([item.hdr[6], item.hdr[7]]),
-                    tag: u64::from_le_bytes(item.hdr[24..32].try_into().unwrap()),
-                    len,
-                    truncated: false,
-                    data: None,
-                });
-                if let Some(f) = &mut self.finished {
-                    f.push(req);
-                }
-            }
+            self.eager_sent(req, &item);
         }
         item.reset();
         let r = &mut self.peers[peer as usize].rails[rail];
         r.log_bytes += item.total_len();
         r.log.push_back(item);
         r.logged += 1;
+    }
+
+    /// Eager send `req` (carried by `item`) is complete.
+    fn eager_sent(&mut self, req: ReqId, item: &TxItem) {
+        if let Some(r) = self.reqs.get_mut(req) {
+            let len = r.buf.as_slice().len();
+            r.completion = Completion::Done(crate::Status {
+                source: self.me,
+                src_ep: u16::from_le_bytes([item.hdr[6], item.hdr[7]]),
+                tag: u64::from_le_bytes(item.hdr[24..32].try_into().unwrap()),
+                len,
+                truncated: false,
+                data: None,
+            });
+            if let Some(f) = &mut self.finished {
+                f.push(req);
+            }
+        }
     }
 
     /// The peer has received `count` reliable frames on `rail` (cumulative).
@@ -250,6 +269,9 @@ impl<B: Buffer> Core<B> {
         rail: usize,
         count: u64,
     ) -> Result<(), ProtoError> {
+        if self.peers[peer as usize].lossless {
+            return Ok(());
+        }
         let mut r = &mut self.peers[peer as usize].rails[rail];
         if count <= r.acked {
             return Ok(());
@@ -445,8 +467,9 @@ impl<B: Buffer> Core<B> {
 
     /// Queues an explicit acknowledgement on `rail`, ahead of queued data.
     pub(crate) fn queue_ack(&mut self, peer: Rank, rail: usize) {
+        let lossless = self.peers[peer as usize].lossless;
         let r = &mut self.peers[peer as usize].rails[rail];
-        if r.ack_queued || !r.up {
+        if r.ack_queued || !r.up || lossless {
             return;
         }
         r.ack_queued = true;
