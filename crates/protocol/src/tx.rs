@@ -103,6 +103,13 @@ impl<B: Buffer> Core<B> {
         r.up && (!r.tx.is_empty() || !p.pull_q.is_empty())
     }
 
+    /// `rail` to `peer` has at most a few frames to write and no large-message data to pull:
+    /// a write needs only a few slices.
+    pub fn tx_few(&self, peer: Rank, rail: usize) -> bool {
+        let p = &self.peers[peer as usize];
+        p.pull_q.is_empty() && p.rails.get(rail).is_some_and(|r| r.tx.len() <= 3)
+    }
+
     /// Does any rail to `peer` have bytes to write, or is anything parked waiting for a rail?
     pub fn peer_tx_pending(&self, peer: Rank) -> bool {
         let p = &self.peers[peer as usize];
