@@ -486,7 +486,7 @@ impl Engine {
                 .add(link.fd(), poller::IN | poller::OUT | poller::HUP, token)
         }
         .map_err(io_err("epoll add"))?;
-        if link.polled() {
+        if link.polled() && !self.polled.contains(&(peer, rail)) {
             self.polled.push((peer, rail));
         }
         let whoami = self.whoami();

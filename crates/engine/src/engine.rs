@@ -875,10 +875,12 @@ impl Engine {
         if !self.polled.is_empty() {
             // Shared memory moves without syscalls: look at it every round, and before
             // sleeping ask it to signal its fd.
-            for i in 0..self.polled.len() {
-                let (p, r) = self.polled[i];
+            // A link that breaks here leaves `polled` (rail_down): index, not iterate.
+            let mut i = 0;
+            while let Some(&(p, r)) = self.polled.get(i) {
                 work += self.read_rail(p, r);
                 self.flush_rail(p, r);
+                i += 1;
             }
             if timeout_ms != 0 && work == 0 && !self.arm_polled() {
                 timeout_ms = 0;
@@ -886,8 +888,6 @@ impl Engine {
             self.spins = self.spins.wrapping_add(1);
             // While spinning on shared memory, look at the sockets only every few rounds.
             if timeout_ms == 0 && !self.spins.is_multiple_of(64) {
-                self.polled
-                    .retain(|&(p, r)| self.peers[p as usize].rails[r].link.is_some());
                 self.flush_dirty();
                 return Ok(work);
             }
@@ -962,8 +962,6 @@ impl Engine {
                 self.shm_slot_freed();
             }
         }
-        self.polled
-            .retain(|&(p, r)| self.peers[p as usize].rails[r].link.is_some());
         self.flush_dirty();
         Ok(n + work)
     }
@@ -1016,6 +1014,10 @@ impl Engine {
     }
 
     fn flush_dirty(&mut self) {
+        // The common case of a spinning round: nothing to write.
+        if self.dirty.is_empty() && !self.core.has_tx_work() {
+            return;
+        }
         self.direct_copies();
         let mut dirty = std::mem::take(&mut self.dirty);
         self.core.take_dirty(&mut dirty);
@@ -1186,6 +1188,9 @@ impl Engine {
             return;
         };
         self.poller.remove(link.fd());
+        if link.polled() {
+            self.polled.retain(|&pr| pr != (peer, rail));
+        }
         drop(link);
         let label = self.peers[p].rails[rail].label.clone();
         let whoami = self.whoami();
