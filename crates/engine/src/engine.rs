@@ -11,7 +11,7 @@ use nix::sys::uio::{process_vm_writev, RemoteIoVec};
 use nix::unistd::Pid;
 
 use hx_bootstrap::{Bootstrap, Secret};
-use hx_protocol::{Completion, Core, EpId, Filter, Rank, ReqId, Status};
+use hx_protocol::{Buffer, Completion, Core, EpId, Filter, Rank, ReqId, Status};
 use hx_transport::shm::{self, ShmListener};
 use hx_transport::tcp::{self, RailOptions};
 use hx_wire::{Address, RailIp, ADDRESS_LEN, ADDRESS_MAX_RAILS, ADDR_FLAG_SHM};
@@ -515,9 +515,46 @@ impl Engine {
         buf: EngineBuf,
     ) -> Result<Request, Error> {
         self.check_ep(ep)?;
+        if self.send_inline(ep, dst, dst_ep, tag, None, buf.as_slice()) {
+            return Ok(Request(self.core.inline_request(dst, ep, tag, buf)));
+        }
         let req = self.core.send(dst, ep, dst_ep, tag, buf)?;
         self.flush_dirty();
         Ok(Request(req))
+    }
+
+    /// A small message to a shared-memory peer with nothing queued goes straight into the ring
+    /// (no request, queue or flush: most of a small send's instructions). False if it must take
+    /// the queued path; true if it left (or, the ring being full, was queued as a copy).
+    fn send_inline(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> bool {
+        let Some((rail, hdr)) = self
+            .core
+            .inline_start(dst, ep, dst_ep, tag, data, payload.len())
+        else {
+            return false;
+        };
+        let r = &mut self.peers[dst as usize].rails[rail];
+        let written = match r.link.as_mut() {
+            Some(link) => link
+                .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(payload)])
+                .unwrap_or(0),
+            None => 0,
+        };
+        self.core.inline_written(dst, rail, &hdr, payload, written);
+        if written < hdr.len() + payload.len() {
+            // Full, or broken: the queued rest meets whatever it is in flush_dirty.
+            self.peers[dst as usize].rails[rail].blocked = true;
+            self.flush_dirty();
+        }
+        true
     }
 
     fn start_recv(
@@ -547,6 +584,9 @@ impl Engine {
         buf: EngineBuf,
     ) -> Result<Request, Error> {
         self.check_ep(ep)?;
+        if self.send_inline(ep, dst, dst_ep, tag, data, buf.as_slice()) {
+            return Ok(Request(self.core.inline_request(dst, ep, tag, buf)));
+        }
         let req = self.core.send_with_data(dst, ep, dst_ep, tag, data, buf)?;
         self.flush_dirty();
         Ok(Request(req))
@@ -652,6 +692,10 @@ impl Engine {
         tag: u64,
         data: &[u8],
     ) -> Result<(), Error> {
+        self.check_ep(ep)?;
+        if self.send_inline(ep, dst, dst_ep, tag, None, data) {
+            return Ok(());
+        }
         // SAFETY: we wait for completion before `data`'s borrow ends; `wait` returns only once
         // the core no longer refers to the buffer.
         let req = unsafe { self.isend_raw(ep, dst, dst_ep, tag, data.as_ptr(), data.len())? };

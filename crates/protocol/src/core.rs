@@ -736,12 +736,12 @@ impl<B: Buffer> Core<B> {
         true
     }
 
-    /// Peers with frames queued since the last call: the driver should try to write to them.
     /// Is a peer marked for writing, or a direct copy waiting?
     pub fn has_tx_work(&self) -> bool {
         !self.dirty.is_empty() || !self.direct_q.is_empty()
     }
 
+    /// Peers with frames queued since the last call: the driver should try to write to them.
     pub fn take_dirty(&mut self, out: &mut Vec<Rank>) {
         for &p in &self.dirty {
             self.peers[p as usize].dirty = false;

@@ -222,6 +222,32 @@ impl Cluster {
         }
     }
 
+    /// Sends as a driver's fast path would: straight into the pipe if the core allows
+    /// ([`Core::inline_start`]), as much as the pipe takes at random; `None` if the core said no.
+    pub fn send_inline(
+        &mut self,
+        src: usize,
+        dst: usize,
+        tag: u64,
+        data: Vec<u8>,
+    ) -> Option<crate::ReqId> {
+        let (rail, hdr) = self.cores[src].inline_start(dst as u32, 0, 0, tag, None, data.len())?;
+        let pi = self.pipe_index(src, dst, rail);
+        let pipe = &mut self.pipes[pi];
+        let room = pipe.cap.saturating_sub(pipe.bytes.len());
+        let total = hdr.len() + data.len();
+        // Mostly what fits (a ring with room takes it all), sometimes cut anywhere.
+        let n = if self.rng.range(0, 3) == 0 {
+            self.rng.range(0, room.min(total))
+        } else {
+            room.min(total)
+        };
+        let frame = hdr.iter().chain(data.iter()).take(n);
+        pipe.bytes.extend(frame);
+        self.cores[src].inline_written(dst as u32, rail, &hdr, &data, n);
+        Some(self.cores[src].inline_request(dst as u32, 0, tag, data))
+    }
+
     /// Frames written and still held for a resend, over every core and rail.
     pub fn logged_frames(&self) -> usize {
         let n = self.cores.len();

@@ -6,8 +6,8 @@ use std::io::IoSlice;
 
 use hx_wire::{FrameHeader, FrameKind, FLAG_ACK_REQ, HEADER_LEN};
 
-use crate::core::{PullJob, ReqKind};
-use crate::{Buffer, Completion, Core, Policy, ProtoError, Rank, ReqId};
+use crate::core::{PullJob, ReqKind, Request};
+use crate::{Buffer, Completion, Core, EpId, Policy, ProtoError, Rank, ReqId};
 
 /// Frames in a rail's log beyond which the next frame asks for an acknowledgement.
 const LOG_ACK_REQ: usize = 64;
@@ -101,6 +101,108 @@ impl<B: Buffer> Core<B> {
         let p = &self.peers[peer as usize];
         let r = &p.rails[rail];
         r.up && (!r.tx.is_empty() || !p.pull_q.is_empty())
+    }
+
+    /// A small eager message to a lossless peer (shared memory) whose link has nothing queued
+    /// may skip the request, the queue and the flush: the caller writes the returned header and
+    /// the payload on the returned rail itself, then reports with
+    /// [`inline_written`](Self::inline_written). `None`: use [`send_with_data`](Self::send_with_data).
+    /// Sequence number and eager credit are taken here, as `send_with_data` would.
+    pub fn inline_start(
+        &mut self,
+        peer: Rank,
+        src_ep: EpId,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        len: usize,
+    ) -> Option<(usize, [u8; HEADER_LEN])> {
+        if peer == self.me || len > self.cfg.eager_limit {
+            return None;
+        }
+        let credits = self.cfg.eager_credits as u64;
+        let p = self.peers.get_mut(peer as usize)?;
+        if !p.lossless
+            || p.failed.is_some()
+            || p.rails.len() != 1
+            || !p.parked.is_empty()
+            || !p.pull_q.is_empty()
+            || !p.rails[0].up
+            || !p.rails[0].tx.is_empty()
+        {
+            return None;
+        }
+        let cost = len as u64 + crate::EAGER_OVERHEAD;
+        if p.credit_used + cost > credits + p.credit_granted {
+            return None;
+        }
+        p.credit_used += cost;
+        let mut h = FrameHeader::new(FrameKind::Eager);
+        h.src_ep = src_ep;
+        h.dst_ep = dst_ep;
+        h.seq = p.tx_seq;
+        h.tag = tag;
+        h.value = len as u64;
+        h.payload_len = len as u32;
+        if let Some(d) = data {
+            h.flags |= hx_wire::FLAG_DATA;
+            h.data = d;
+        }
+        p.tx_seq += 1;
+        Some((0, h.to_bytes()))
+    }
+
+    /// The caller wrote `written` bytes of `hdr` followed by `payload` (from
+    /// [`inline_start`](Self::inline_start)) on `rail`; what is left is queued as a copy.
+    pub fn inline_written(
+        &mut self,
+        peer: Rank,
+        rail: usize,
+        hdr: &[u8; HEADER_LEN],
+        payload: &[u8],
+        written: usize,
+    ) {
+        let total = HEADER_LEN + payload.len();
+        let written = written.min(total);
+        self.peers[peer as usize].rails[rail].tx_bytes += written as u64;
+        if written == total {
+            return;
+        }
+        let mut copy = self.spare_bufs.pop().unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(payload);
+        let r = &mut self.peers[peer as usize].rails[rail];
+        r.queued += total - written;
+        r.tx.push_front(TxItem {
+            hdr: *hdr,
+            body: Body::Owned(copy),
+            completes: None,
+            sent: written,
+        });
+        self.mark_dirty(peer);
+    }
+
+    /// A send that [`inline_start`](Self::inline_start) let leave at once, as a finished
+    /// request (for callers that need one).
+    pub fn inline_request(&mut self, peer: Rank, src_ep: EpId, tag: u64, buf: B) -> ReqId {
+        let len = buf.as_slice().len();
+        let req = self.reqs.insert(Request {
+            detached: false,
+            buf,
+            kind: ReqKind::Send(crate::core::SendState { peer, unacked: 0 }),
+            completion: Completion::Done(crate::Status {
+                source: self.me,
+                src_ep,
+                tag,
+                len,
+                truncated: false,
+                data: None,
+            }),
+        });
+        if let Some(f) = &mut self.finished {
+            f.push(req);
+        }
+        req
     }
 
     /// `rail` to `peer` has at most a few frames to write and no large-message data to pull:
@@ -672,5 +774,101 @@ mod pull_tests {
         // a slow rail never sits on work a faster one would pull.
         c.pull_turn(1, 0, 32);
         assert_eq!(chunks(&c, 0).len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod inline_tests {
+    use super::*;
+    use crate::Config;
+
+    /// Two cores joined by one lossless rail.
+    fn pair() -> (Core<Vec<u8>>, Core<Vec<u8>>) {
+        let mut a = Core::new(0, 2, Config::default());
+        let mut b = Core::new(1, 2, Config::default());
+        a.set_rails(1, 1);
+        b.set_rails(0, 1);
+        a.set_lossless(1, true);
+        b.set_lossless(0, true);
+        (a, b)
+    }
+
+    /// Hands `bytes` to `b` as if read from rail 0.
+    fn deliver(b: &mut Core<Vec<u8>>, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let space = b.rx_space(0, 0);
+            let n = space.len().min(bytes.len());
+            space[..n].copy_from_slice(&bytes[..n]);
+            b.rx_done(0, 0, n).unwrap();
+            bytes = &bytes[n..];
+        }
+    }
+
+    /// Everything `a` has queued for `b`, as written.
+    fn drain(a: &mut Core<Vec<u8>>) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let mut iov = [IoSlice::new(&[]); 8];
+            let n = a.tx_iovecs(1, 0, &mut iov);
+            if n == 0 {
+                return out;
+            }
+            let len: usize = iov[..n].iter().map(|s| s.len()).sum();
+            for s in &iov[..n] {
+                out.extend_from_slice(s);
+            }
+            a.tx_done(1, 0, len);
+        }
+    }
+
+    #[test]
+    fn a_cut_off_inline_send_is_finished_from_the_queue_and_keeps_its_place() {
+        let (mut a, mut b) = pair();
+        let r1 = b.recv(0, Some(0), None, vec![0; 16]).unwrap();
+        let r2 = b.recv(0, Some(0), None, vec![0; 16]).unwrap();
+        let (rail, hdr) = a.inline_start(1, 0, 0, 7, Some(99), 5).unwrap();
+        assert_eq!(rail, 0);
+        let mut frame = hdr.to_vec();
+        frame.extend_from_slice(b"hello");
+        // The ring took 20 bytes: the rest is queued, so the next send cannot go inline.
+        a.inline_written(1, 0, &hdr, b"hello", 20);
+        assert!(a.inline_start(1, 0, 0, 8, None, 3).is_none());
+        a.send(1, 0, 0, 8, b"abc".to_vec()).unwrap();
+        deliver(&mut b, &frame[..20]);
+        let rest = drain(&mut a);
+        deliver(&mut b, &rest);
+        let (c1, buf1) = b.take(r1).unwrap();
+        let (c2, buf2) = b.take(r2).unwrap();
+        let (Completion::Done(s1), Completion::Done(s2)) = (c1, c2) else {
+            panic!("receives not done");
+        };
+        assert_eq!((s1.tag, s1.len, s1.data), (7, 5, Some(99)));
+        assert_eq!(&buf1[..5], b"hello");
+        assert_eq!((s2.tag, s2.len), (8, 3));
+        assert_eq!(&buf2[..3], b"abc");
+        // Written in full, the next one goes inline again.
+        assert!(a.inline_start(1, 0, 0, 9, None, 1).is_some());
+    }
+
+    #[test]
+    fn only_small_messages_to_idle_lossless_peers_go_inline() {
+        let (mut a, _) = pair();
+        let big = a.cfg.eager_limit + 1;
+        assert!(a.inline_start(1, 0, 0, 1, None, big).is_none());
+        assert!(a.inline_start(0, 0, 0, 1, None, 1).is_none(), "self");
+        assert!(
+            a.inline_start(5, 0, 0, 1, None, 1).is_none(),
+            "unknown peer"
+        );
+        a.set_lossless(1, false);
+        assert!(a.inline_start(1, 0, 0, 1, None, 1).is_none(), "TCP rails");
+        a.set_lossless(1, true);
+        a.rail_down(1, 0);
+        assert!(a.inline_start(1, 0, 0, 1, None, 1).is_none(), "rail down");
+        let (mut a, _) = pair();
+        // Eager credit spent: the message waits its turn as a rendezvous.
+        let credits = a.cfg.eager_credits;
+        a.peers[1].credit_used = credits as u64;
+        assert!(a.inline_start(1, 0, 0, 1, None, 1).is_none(), "no credit");
     }
 }
