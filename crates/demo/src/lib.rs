@@ -277,9 +277,11 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     let vtext = verdict::format_text(&groups);
     let vmd = verdict::format_markdown(&groups);
     let seconds = t0.elapsed().as_secs_f64();
+    let load_end = load_average();
     let run = report::Run {
         mode: &mode,
         load: &load,
+        load_end: &load_end,
         quick: args.quick,
         runs,
         date: &date,
@@ -374,7 +376,11 @@ fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, Str
         let mut seconds = vec![0.0; POLICIES.len()];
         for run in 1..=part.runs {
             let t_run = Instant::now();
-            for (pi, policy) in POLICIES.iter().enumerate() {
+            // Each run starts with the next policy, so that a neighbour's load arriving or
+            // leaving during a run does not always favour the same policy.
+            for k in 0..POLICIES.len() {
+                let pi = (k + run - 1) % POLICIES.len();
+                let policy = POLICIES[pi];
                 let t = Instant::now();
                 for (bi, &bench) in part.benches.iter().enumerate() {
                     for (si, seg) in (part.segments)(bench).iter().enumerate() {
@@ -386,11 +392,12 @@ fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, Str
                 seconds[pi] += t.elapsed().as_secs_f64();
             }
             println!(
-                "  {} {rails} rail{}: run {run}/{} of every policy ({:.1} s)",
+                "  {} {rails} rail{}: run {run}/{} of every policy ({:.1} s, load average {})",
                 part.label,
                 if rails == 1 { "" } else { "s" },
                 part.runs,
-                t_run.elapsed().as_secs_f64()
+                t_run.elapsed().as_secs_f64(),
+                load_average()
             );
         }
         for (pi, policy) in POLICIES.iter().enumerate() {

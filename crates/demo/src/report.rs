@@ -16,6 +16,7 @@ use crate::verdict::{self, Bar, Group};
 pub struct Run<'a> {
     pub mode: &'a Mode,
     pub load: &'a str,
+    pub load_end: &'a str,
     pub quick: bool,
     /// Runs of every segment (the median kept).
     pub runs: usize,
@@ -128,6 +129,7 @@ pub fn results_json(
         "tool": "hxcomm demo",
         "date": run.date,
         "load_average_at_start": run.load,
+        "load_average_at_end": run.load_end,
         "mode": match run.mode { Mode::Testbed { .. } => "testbed", Mode::Loopback => "loopback" },
         "testbed": match run.mode {
             Mode::Testbed { name } => json!({"name": name, "hosts": 2, "rails": 4, "rate": "1gbit", "mtu": 1500}),
@@ -165,12 +167,13 @@ pub fn summary_markdown(
     bars: &[Bar],
 ) -> String {
     let mut out = format!(
-        "# hxcomm demo, {} ({what}; {} run{} per segment, medians; {:.0} s; load average at start {})\n\n",
+        "# hxcomm demo, {} ({what}; {} run{} per segment, medians; {:.0} s; load average {} at start, {} at the end)\n\n",
         run.date,
         run.runs,
         if run.runs == 1 { "" } else { "s" },
         run.seconds,
-        run.load
+        run.load,
+        run.load_end
     );
     out += "Latency at 8 B, bandwidth at 4 MiB; x1 = multiple of the same policy on 1 rail; half-bw = smallest message size reaching half of that configuration's peak bandwidth.\n\n";
     out += table_md;
@@ -428,6 +431,7 @@ mod tests {
         let run = Run {
             mode: &mode,
             load: "0.00 0.00 0.00",
+            load_end: "0.10 0.00 0.00",
             quick: false,
             runs: 3,
             date: "d",
