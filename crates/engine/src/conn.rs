@@ -486,8 +486,12 @@ impl Engine {
                 .add(link.fd(), poller::IN | poller::OUT | poller::HUP, token)
         }
         .map_err(io_err("epoll add"))?;
-        if link.polled() && !self.polled.contains(&(peer, rail)) {
-            self.polled.push((peer, rail));
+        if link.polled() {
+            if !self.polled.contains(&(peer, rail)) {
+                self.polled.push((peer, rail));
+            }
+        } else if !self.sockets.contains(&(peer, rail)) {
+            self.sockets.push((peer, rail));
         }
         let whoami = self.whoami();
         let who = self.who(peer);
