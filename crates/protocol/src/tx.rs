@@ -766,6 +766,23 @@ mod pull_tests {
     }
 
     #[test]
+    fn a_ping_pong_keeps_to_its_rail_whatever_another_rail_has_in_flight() {
+        let mut c = core(2, 0, 0);
+        // Rank 0 and 1 are bound to rail 1; rail 0 still holds an unacknowledged frame.
+        c.peers[1].rails[0].log_bytes = 200;
+        for _ in 0..4 {
+            assert_eq!(c.pick_rail_for(1, 8), Some(1));
+        }
+        // Much in flight on the bound rail itself: small messages rotate.
+        c.peers[1].rails[1].log_bytes = 1 << 20;
+        let picks: Vec<_> = (0..4).map(|_| c.pick_rail_for(1, 8)).collect();
+        assert!(
+            picks.contains(&Some(0)) && picks.contains(&Some(1)),
+            "{picks:?}"
+        );
+    }
+
+    #[test]
     fn when_every_other_rail_is_full_a_turn_takes_one_chunk() {
         let mut c = core(3, 10, 64 * 1024);
         c.pull_turn(1, 1, 32);
