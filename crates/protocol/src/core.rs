@@ -211,9 +211,6 @@ pub struct Core<B> {
 const ROTATE_FROM: usize = 4 * 1024;
 /// Adaptive: a rail whose queue exceeds the shortest by this much gets no new messages.
 const BACKLOG_SLACK: usize = 256 * 1024;
-/// A pair is quiet (small messages keep to its bound rail) while the bound rail has less than
-/// this in flight: a few small messages, nothing a reply would queue behind for long.
-const QUIET_IN_FLIGHT: usize = 4 * ROTATE_FROM;
 
 /// Which tags a receive takes: those equal to `tag` in every bit not set in `ignore`
 /// (libfabric's tag and ignore mask; MPI_ANY_TAG ignores the tag bits of a tag that also
@@ -1173,14 +1170,13 @@ impl<B: Buffer> Core<B> {
                 // when every rail has a backlog, go to the shortest.
                 // Messages of several KiB rotate even then: each takes a while on the wire,
                 // and the next one should not wait behind it.
-                // In flight counts on the bound rail only: a few unacknowledged bytes on
-                // another rail (a barrier, an earlier message) say nothing about this one, and
-                // counting them made a ping-pong rotate for good (its replies then ack each
-                // rail only now and then): 1.14x bind's latency at 2 rails.
+                // In flight counts on the bound rail only (a ping-pong's reply acknowledges
+                // it; a stream has its last message in flight there): a few unacknowledged
+                // bytes on another rail (a barrier, an earlier message) say nothing about this
+                // one, and counting them made a ping-pong rotate for good (its replies then ack
+                // each rail only now and then): 1.14x bind's latency at 2 rails.
                 let quiet = p.rails.iter().all(|r| r.queued == 0)
-                    && p.rails
-                        .get(bound)
-                        .is_some_and(|r| r.log_bytes < QUIET_IN_FLIGHT);
+                    && p.rails.get(bound).is_some_and(|r| r.log_bytes == 0);
                 if quiet && len < ROTATE_FROM {
                     return live_from(p, bound);
                 }
