@@ -41,9 +41,9 @@ pub(crate) const T_SHM_ACCEPT: u64 = T_LISTEN | 1 << 58;
 pub(crate) const T_KICK: u64 = T_LISTEN | 1 << 57;
 /// How often the engine looks after rails (reconnects, timeouts) while it is being called.
 const HOUSEKEEPING: Duration = Duration::from_millis(50);
-/// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
 /// At most this many socket links are read directly while spinning (each read is a syscall).
 const SPIN_READ_LINKS: usize = 2;
+/// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
 const BULK_SLEEP: usize = 256 * 1024;
 
 /// A nonblocking operation in flight.

@@ -103,11 +103,11 @@ impl<B: Buffer> Core<B> {
         r.up && (!r.tx.is_empty() || !p.pull_q.is_empty())
     }
 
-    /// A small eager message to a lossless peer (shared memory) whose link has nothing queued
-    /// may skip the request, the queue and the flush: the caller writes the returned header and
-    /// the payload on the returned rail itself, then reports with
-    /// [`inline_written`](Self::inline_written). `None`: use [`send_with_data`](Self::send_with_data).
-    /// Sequence number and eager credit are taken here, as `send_with_data` would.
+    /// A small eager message to a peer whose rails have nothing queued may skip the request,
+    /// the queue and the flush: the caller writes the returned header and the payload on the
+    /// returned rail itself, then reports with [`inline_written`](Self::inline_written). `None`:
+    /// use [`send_with_data`](Self::send_with_data). Rail, sequence number, eager credit and
+    /// piggybacked acknowledgement are taken here, as `send_with_data` and the flush would.
     pub fn inline_start(
         &mut self,
         peer: Rank,
@@ -121,21 +121,20 @@ impl<B: Buffer> Core<B> {
             return None;
         }
         let credits = self.cfg.eager_credits as u64;
-        let p = self.peers.get_mut(peer as usize)?;
-        if !p.lossless
-            || p.failed.is_some()
-            || p.rails.len() != 1
-            || !p.parked.is_empty()
-            || !p.pull_q.is_empty()
-            || !p.rails[0].up
-            || !p.rails[0].tx.is_empty()
-        {
-            return None;
-        }
         let cost = len as u64 + crate::EAGER_OVERHEAD;
-        if p.credit_used + cost > credits + p.credit_granted {
-            return None;
+        {
+            let p = self.peers.get(peer as usize)?;
+            if p.failed.is_some()
+                || !p.parked.is_empty()
+                || !p.pull_q.is_empty()
+                || p.rails.iter().any(|r| !r.tx.is_empty())
+                || p.credit_used + cost > credits + p.credit_granted
+            {
+                return None;
+            }
         }
+        let rail = self.pick_rail_for(peer, len)?;
+        let p = &mut self.peers[peer as usize];
         p.credit_used += cost;
         let mut h = FrameHeader::new(FrameKind::Eager);
         h.src_ep = src_ep;
@@ -149,11 +148,20 @@ impl<B: Buffer> Core<B> {
             h.data = d;
         }
         p.tx_seq += 1;
-        Some((0, h.to_bytes()))
+        let r = &mut p.rails[rail];
+        if !p.lossless {
+            h.ack = r.rcvd;
+            r.ack_sent = r.rcvd;
+            if r.log.len() >= LOG_ACK_REQ {
+                h.flags |= FLAG_ACK_REQ;
+            }
+        }
+        Some((rail, h.to_bytes()))
     }
 
     /// The caller wrote `written` bytes of `hdr` followed by `payload` (from
-    /// [`inline_start`](Self::inline_start)) on `rail`; what is left is queued as a copy.
+    /// [`inline_start`](Self::inline_start)) on `rail`; what is left is queued as a copy, and
+    /// over a lossy link the frame is kept for a resend until acknowledged.
     pub fn inline_written(
         &mut self,
         peer: Rank,
@@ -164,21 +172,27 @@ impl<B: Buffer> Core<B> {
     ) {
         let total = HEADER_LEN + payload.len();
         let written = written.min(total);
+        let lossless = self.peers[peer as usize].lossless;
         self.peers[peer as usize].rails[rail].tx_bytes += written as u64;
-        if written == total {
+        if written == total && lossless {
             return;
         }
         let mut copy = self.spare_bufs.pop().unwrap_or_default();
         copy.clear();
         copy.extend_from_slice(payload);
-        let r = &mut self.peers[peer as usize].rails[rail];
-        r.queued += total - written;
-        r.tx.push_front(TxItem {
+        let item = TxItem {
             hdr: *hdr,
             body: Body::Owned(copy),
             completes: None,
             sent: written,
-        });
+        };
+        if written == total {
+            self.item_written(peer, rail, item);
+            return;
+        }
+        let r = &mut self.peers[peer as usize].rails[rail];
+        r.queued += total - written;
+        r.tx.push_front(item);
         self.mark_dirty(peer);
     }
 
@@ -868,7 +882,31 @@ mod inline_tests {
     }
 
     #[test]
-    fn only_small_messages_to_idle_lossless_peers_go_inline() {
+    fn over_a_lossy_rail_an_inline_send_is_kept_until_acknowledged() {
+        let (mut a, mut b) = pair();
+        a.set_lossless(1, false);
+        b.set_lossless(0, false);
+        let r = b.recv(0, Some(0), None, vec![0; 8]).unwrap();
+        let (rail, hdr) = a.inline_start(1, 0, 0, 3, None, 4).unwrap();
+        let mut frame = hdr.to_vec();
+        frame.extend_from_slice(b"ping");
+        a.inline_written(1, rail, &hdr, b"ping", frame.len());
+        assert_eq!(a.unacked_frames(1), 1, "kept for a resend");
+        deliver(&mut b, &frame);
+        assert!(matches!(b.take(r), Some((Completion::Done(_), _))));
+        // The reply carries the acknowledgement.
+        let (rail, hdr) = b.inline_start(0, 0, 0, 4, None, 4).unwrap();
+        let mut reply = hdr.to_vec();
+        reply.extend_from_slice(b"pong");
+        b.inline_written(0, rail, &hdr, b"pong", reply.len());
+        let space = a.rx_space(1, 0);
+        space[..reply.len()].copy_from_slice(&reply);
+        a.rx_done(1, 0, reply.len()).unwrap();
+        assert_eq!(a.unacked_frames(1), 0, "acknowledged by the reply");
+    }
+
+    #[test]
+    fn only_small_messages_to_idle_peers_go_inline() {
         let (mut a, _) = pair();
         let big = a.cfg.eager_limit + 1;
         assert!(a.inline_start(1, 0, 0, 1, None, big).is_none());
@@ -877,9 +915,9 @@ mod inline_tests {
             a.inline_start(5, 0, 0, 1, None, 1).is_none(),
             "unknown peer"
         );
-        a.set_lossless(1, false);
-        assert!(a.inline_start(1, 0, 0, 1, None, 1).is_none(), "TCP rails");
-        a.set_lossless(1, true);
+        a.send(1, 0, 0, 1, vec![1]).unwrap();
+        assert!(a.inline_start(1, 0, 0, 1, None, 1).is_none(), "queued");
+        let (mut a, _) = pair();
         a.rail_down(1, 0);
         assert!(a.inline_start(1, 0, 0, 1, None, 1).is_none(), "rail down");
         let (mut a, _) = pair();
