@@ -58,7 +58,10 @@ fn check_parts(l: &Value, what: &str, want: &[&str]) {
     for p in l["parts"].as_array().unwrap() {
         for k in ["p50_us", "p90_us", "p99_us"] {
             let v = p[k].as_f64().unwrap();
-            assert!(v >= 0.0, "{what}: {} {k} = {v}", p["part"]);
+            // A part from a kernel stamp to a user-space one can come out a little negative:
+            // spinning on a socket, the engine may already be inside recv when the packet's
+            // receive stamp is taken (a CI run saw rx-read p50 = -0.07 us). More is a bug.
+            assert!(v >= -0.5, "{what}: {} {k} = {v}", p["part"]);
         }
         assert!(!p["seed"].as_str().unwrap().is_empty());
     }
