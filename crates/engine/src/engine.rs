@@ -520,11 +520,24 @@ impl Engine {
         tag: u64,
         buf: EngineBuf,
     ) -> Result<Request, Error> {
+        self.start_send_with(ep, dst, dst_ep, tag, None, buf)
+    }
+
+    /// Every send's way in: straight to the link when it can, else queued as a request.
+    fn start_send_with(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        buf: EngineBuf,
+    ) -> Result<Request, Error> {
         self.check_ep(ep)?;
-        if self.send_inline(ep, dst, dst_ep, tag, None, buf.as_slice()) {
+        if self.send_inline(ep, dst, dst_ep, tag, data, buf.as_slice()) {
             return Ok(Request(self.core.inline_request(dst, ep, tag, buf)));
         }
-        let req = self.core.send(dst, ep, dst_ep, tag, buf)?;
+        let req = self.core.send_with_data(dst, ep, dst_ep, tag, data, buf)?;
         self.flush_dirty();
         Ok(Request(req))
     }
@@ -589,13 +602,7 @@ impl Engine {
         data: Option<u64>,
         buf: EngineBuf,
     ) -> Result<Request, Error> {
-        self.check_ep(ep)?;
-        if self.send_inline(ep, dst, dst_ep, tag, data, buf.as_slice()) {
-            return Ok(Request(self.core.inline_request(dst, ep, tag, buf)));
-        }
-        let req = self.core.send_with_data(dst, ep, dst_ep, tag, data, buf)?;
-        self.flush_dirty();
-        Ok(Request(req))
+        self.start_send_with(ep, dst, dst_ep, tag, data, buf)
     }
 
     /// Starts a receive of what `filter` takes (source, source endpoint, tag with ignore mask).

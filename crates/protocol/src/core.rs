@@ -457,23 +457,30 @@ impl<B: Buffer> Core<B> {
         Ok(req)
     }
 
+    /// Send `req` (from `src_ep`, tagged `tag`) is complete: its whole buffer left.
+    pub(crate) fn send_done(&mut self, req: ReqId, src_ep: EpId, tag: u64) {
+        if let Some(r) = self.reqs.get_mut(req) {
+            r.completion = Completion::Done(Status {
+                source: self.me,
+                src_ep,
+                tag,
+                len: r.buf.as_slice().len(),
+                truncated: false,
+                data: None,
+            });
+            if let Some(f) = &mut self.finished {
+                f.push(req);
+            }
+        }
+    }
+
     fn send_to_self(&mut self, req: ReqId, src_ep: EpId, dst_ep: EpId, tag: u64) {
         let r = self.reqs.get_mut(req).unwrap();
         let len = r.buf.as_slice().len();
         let mut data = self.spare_bufs.pop().unwrap_or_default();
         data.clear();
         data.extend_from_slice(r.buf.as_slice());
-        r.completion = Completion::Done(Status {
-            source: self.me,
-            src_ep,
-            tag,
-            len,
-            truncated: false,
-            data: None,
-        });
-        if let Some(f) = &mut self.finished {
-            f.push(req);
-        }
+        self.send_done(req, src_ep, tag);
         let u = self.unexp.insert(Unexp {
             src: self.me,
             src_ep,

@@ -199,23 +199,13 @@ impl<B: Buffer> Core<B> {
     /// A send that [`inline_start`](Self::inline_start) let leave at once, as a finished
     /// request (for callers that need one).
     pub fn inline_request(&mut self, peer: Rank, src_ep: EpId, tag: u64, buf: B) -> ReqId {
-        let len = buf.as_slice().len();
         let req = self.reqs.insert(Request {
             detached: false,
             buf,
             kind: ReqKind::Send(crate::core::SendState { peer, unacked: 0 }),
-            completion: Completion::Done(crate::Status {
-                source: self.me,
-                src_ep,
-                tag,
-                len,
-                truncated: false,
-                data: None,
-            }),
+            completion: Completion::Pending,
         });
-        if let Some(f) = &mut self.finished {
-            f.push(req);
-        }
+        self.send_done(req, src_ep, tag);
         req
     }
 
@@ -369,20 +359,9 @@ impl<B: Buffer> Core<B> {
 
     /// Eager send `req` (carried by `item`) is complete.
     fn eager_sent(&mut self, req: ReqId, item: &TxItem) {
-        if let Some(r) = self.reqs.get_mut(req) {
-            let len = r.buf.as_slice().len();
-            r.completion = Completion::Done(crate::Status {
-                source: self.me,
-                src_ep: u16::from_le_bytes([item.hdr[6], item.hdr[7]]),
-                tag: u64::from_le_bytes(item.hdr[24..32].try_into().unwrap()),
-                len,
-                truncated: false,
-                data: None,
-            });
-            if let Some(f) = &mut self.finished {
-                f.push(req);
-            }
-        }
+        let src_ep = u16::from_le_bytes([item.hdr[6], item.hdr[7]]);
+        let tag = u64::from_le_bytes(item.hdr[24..32].try_into().unwrap());
+        self.send_done(req, src_ep, tag);
     }
 
     /// The peer has received `count` reliable frames on `rail` (cumulative).
