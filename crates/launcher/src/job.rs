@@ -11,7 +11,8 @@
 //!   while its group is killed, so its pid (= the group id) cannot be reused by an unrelated
 //!   process before we signal the group; only then is it reaped;
 //! - a [`Watchdog`] process kills the groups if the launcher itself is killed with SIGKILL, which
-//!   the parent-death signal alone would not cover for the ranks' own children.
+//!   the parent-death signal alone would not cover for the ranks' own children; each rank
+//!   registers its group there itself, between fork and exec, so none runs unknown to it.
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -177,7 +178,21 @@ impl Job {
         }
         cmd.process_group(0);
         die_with_launcher(&mut cmd);
-        let mut child = cmd.spawn()?;
+        // The rank registers its group itself before its program runs: a `kill -9` of this
+        // process right after the spawn must not leave what the rank starts unknown to the
+        // watchdog.
+        if let Some(w) = &self.watchdog {
+            w.register_child(&mut cmd);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(w) = &self.watchdog {
+                    w.spawn_failed();
+                }
+                return Err(e);
+            }
+        };
         let pid = child.id() as libc::pid_t;
         if let Some(w) = &self.watchdog {
             w.add(pid);

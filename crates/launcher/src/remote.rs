@@ -296,9 +296,15 @@ pub fn run(
             .stderr(Stdio::piped())
             .process_group(0);
         die_with_launcher(&mut cmd);
+        if let Some(w) = &watchdog {
+            w.register_child(&mut cmd);
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
+                if let Some(w) = &watchdog {
+                    w.spawn_failed();
+                }
                 eprintln!(
                     "hxcomm run: host {} ({}): cannot run the rsh command {:?}: {e}",
                     spec.name, spec.origin, remote.rsh[0]
