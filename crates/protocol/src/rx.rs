@@ -156,6 +156,58 @@ impl<B: Buffer> Core<B> {
         self.parse(peer, rail)
     }
 
+    /// The express path for links whose bytes can be read in place (shared memory): `bytes`
+    /// are readable on `rail` of `peer`. If they start with a whole eager frame that the parser
+    /// would deliver in order straight into a posted receive (a lossless peer, nothing staged
+    /// or out of order), it is delivered from `bytes`, with the state changes of
+    /// [`rx_done`](Self::rx_done) and without its staging copy and parse loop; returns the
+    /// frame's length for the driver to consume. `None`: read through `rx_space`/`rx_done`,
+    /// which also reports whatever is wrong with the bytes.
+    pub fn rx_express(&mut self, peer: Rank, rail: usize, bytes: &[u8]) -> Option<usize> {
+        let p = self.peers.get(peer as usize)?;
+        let rx = &p.rails.get(rail)?.rx;
+        if !p.lossless || rx.start != rx.end || rx.cur.is_some() || !p.reorder.is_empty() {
+            return None;
+        }
+        let (h, hlen) = FrameHeader::parse(bytes).ok()?;
+        let len = h.payload_len as usize;
+        if h.kind != FrameKind::Eager
+            || h.value != len as u64
+            || len > self.cfg.eager_limit
+            || h.seq != p.rx_seq
+            || bytes.len() - hlen < len
+        {
+            return None;
+        }
+        let req = self.take_posted(h.dst_ep, peer, h.src_ep, h.tag)?;
+        let p = &mut self.peers[peer as usize];
+        p.rx_seq += 1;
+        if len > 0 {
+            p.rails[rail].rx.bulk = len >= p.rails[rail].rx.stage.len();
+        }
+        self.eager_consumed(peer, len);
+        // What set_matched, write_dest and payload_complete do for a whole eager payload
+        // (a lossless peer counts no frames for acknowledgement).
+        if let Some(r) = self.reqs.get_mut(req) {
+            let buf = r.buf.as_mut_slice();
+            let n = len.min(buf.len());
+            buf[..n].copy_from_slice(&bytes[hlen..hlen + n]);
+            let st = crate::Status {
+                truncated: len > n,
+                ..msg_of(peer, &h)
+            };
+            if let ReqKind::Recv(rv) = &mut r.kind {
+                rv.status = Some(st);
+                rv.unreceived = 0;
+            }
+            r.completion = Completion::Done(st);
+            if let Some(f) = &mut self.finished {
+                f.push(req);
+            }
+        }
+        Some(hlen + len)
+    }
+
     fn parse(&mut self, peer: Rank, rail: usize) -> Result<(), ProtoError> {
         loop {
             let rx = &mut self.peers[peer as usize].rails[rail].rx;
@@ -360,7 +412,7 @@ impl<B: Buffer> Core<B> {
                 };
                 let (total, dup) = match self.reqs.get(req).map(|r| &r.kind) {
                     Some(ReqKind::Recv(rv)) => {
-                        (rv.status.map_or(0, |s| s.len), rv.chunks.contains(&h.value))
+                        (rv.status.map_or(0, |s| s.len), rv.chunks.as_ref().is_some_and(|c| c.contains(&h.value)))
                     }
                     _ => (0, false),
                 };
@@ -492,7 +544,7 @@ impl<B: Buffer> Core<B> {
                     return;
                 };
                 if p.kind == FrameKind::Data {
-                    if rv.chunks.insert(p.chunk_off) {
+                    if rv.chunks.get_or_insert_default().insert(p.chunk_off) {
                         rv.unreceived -= p.len.min(rv.unreceived);
                     }
                 } else {
@@ -503,7 +555,7 @@ impl<B: Buffer> Core<B> {
                     if let Some(f) = &mut self.finished {
                         f.push(req);
                     }
-                    rv.chunks = Default::default();
+                    rv.chunks = None;
                     if let Some((from, seq)) = rv.rdv {
                         self.peers[from as usize].rdv_recv.remove(&seq);
                         self.peers[from as usize].direct_granted.remove(&seq);

@@ -39,6 +39,19 @@ pub trait Link: Send {
     fn arm(&mut self) -> bool {
         true
     }
+    /// For polled links, spinning: false if a read now would surely find nothing (no data,
+    /// no close, no error), so the engine may skip it. Must be cheap (a memory load or two).
+    fn ready(&mut self) -> bool {
+        true
+    }
+    /// Links whose bytes sit in memory (shared memory): the bytes readable now, in place (up
+    /// to the ring's wrap). Nothing is consumed until [`consume`](Self::consume). `None`: use
+    /// `read` (no data in place, an error, or a link that cannot do this).
+    fn peek(&mut self) -> Option<&[u8]> {
+        None
+    }
+    /// Hands back the first `n` bytes of what [`peek`](Self::peek) showed.
+    fn consume(&mut self, _n: usize) {}
     /// Called when epoll reports `fd()` ready, before the engine reads: a polled link clears
     /// what made it ready (a level-triggered signal, a hung-up peer) so the engine neither
     /// spins on a stale readiness nor misses a peer that died.
@@ -72,6 +85,15 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn arm(&mut self) -> bool {
         (**self).arm()
+    }
+    fn ready(&mut self) -> bool {
+        (**self).ready()
+    }
+    fn peek(&mut self) -> Option<&[u8]> {
+        (**self).peek()
+    }
+    fn consume(&mut self, n: usize) {
+        (**self).consume(n)
     }
     fn event(&mut self) {
         (**self).event()

@@ -396,13 +396,55 @@ impl ShmLink {
     }
 }
 
-impl Link for ShmLink {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // We are awake: nobody needs to signal us (saves the peer a syscall).
+impl ShmLink {
+    /// We are awake: nobody needs to signal us (saves the peer a syscall).
+    #[inline]
+    fn awake(&self) {
         let me = self.map.word(OFF_SLEEP + 8 * self.side);
         if me.load(Ordering::Relaxed) != 0 {
             me.store(0, Ordering::Relaxed);
         }
+    }
+}
+
+impl Link for ShmLink {
+    fn ready(&mut self) -> bool {
+        self.awake();
+        if self.rx_head_seen != self.rx_tail {
+            return true;
+        }
+        // A head that moved is checked for sanity by read().
+        let head = self.map.word(off_head(self.peer())).load(Ordering::Acquire);
+        head != self.rx_tail || self.peer_closed() || self.peer_dead
+    }
+
+    fn peek(&mut self) -> Option<&[u8]> {
+        let avail = self.readable().ok()? as usize;
+        if avail == 0 {
+            return None;
+        }
+        let off = (self.rx_tail & (self.cap - 1)) as usize;
+        let k = avail.min(self.cap as usize - off);
+        // SAFETY: off < cap and k <= cap - off: inside the rx ring. The peer does not write
+        // these bytes until we advance the tail (in consume, which needs &mut self, so the
+        // slice is gone by then); if it does anyway we see garbage, never out of bounds.
+        Some(unsafe { std::slice::from_raw_parts(self.rx.add(off), k) })
+    }
+
+    fn consume(&mut self, n: usize) {
+        let n = (n as u64).min(self.rx_head_seen.wrapping_sub(self.rx_tail));
+        self.rx_tail = self.rx_tail.wrapping_add(n);
+        self.map
+            .word(off_tail(self.peer()))
+            .store(self.rx_tail, Ordering::Release);
+        self.wake_peer();
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.read(0, None, crate::trace::now_ns(), n as usize);
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.awake();
         if buf.is_empty() {
             return Ok(0);
         }

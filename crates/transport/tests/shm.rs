@@ -272,3 +272,50 @@ fn bench_two_processes() {
     drop(l);
     assert!(child.wait().unwrap().success());
 }
+
+/// In-place reads (peek/consume) see exactly the bytes written, up to the ring's wrap, consume
+/// only what they are told, mix with plain reads, and `ready` says when there is anything.
+#[test]
+fn peek_and_consume_read_in_place() {
+    let (mut a, mut b) = shm::pair(4096).unwrap();
+    let cap = b.capacity();
+    assert!(!b.ready());
+    assert!(b.peek().is_none());
+    let mut sent = Vec::new();
+    let mut got = Vec::new();
+    let mut x = 0u8;
+    // Odd-sized writes walk the ring across its wrap many times.
+    for round in 0..200 {
+        let len = 1 + (round * 37) % 1500;
+        let chunk: Vec<u8> = (0..len)
+            .map(|_| {
+                x = x.wrapping_add(1);
+                x
+            })
+            .collect();
+        assert_eq!(a.write_vectored(&[IoSlice::new(&chunk)]).unwrap(), len);
+        sent.extend_from_slice(&chunk);
+        assert!(b.ready());
+        // Take it in pieces: half in place, the rest by read.
+        let shown = b.peek().unwrap().len();
+        assert!(shown <= len && shown <= cap);
+        let take = shown.div_ceil(2);
+        got.extend_from_slice(&b.peek().unwrap()[..take]);
+        b.consume(take);
+        let mut rest = vec![0u8; len - take];
+        read_exact(&mut b, &mut rest, true).unwrap();
+        got.extend_from_slice(&rest);
+        assert!(!b.ready());
+    }
+    assert_eq!(got, sent);
+    // Consuming more than was shown hands back only what was there.
+    a.write_vectored(&[IoSlice::new(b"xyz")]).unwrap();
+    assert_eq!(b.peek().unwrap(), b"xyz");
+    b.consume(100);
+    assert!(!b.ready());
+    assert!(b.peek().is_none());
+    // A closed peer makes the link ready (the read then sees the end).
+    drop(a);
+    assert!(b.ready());
+    assert_eq!(b.read(&mut [0u8; 8]).unwrap(), 0);
+}

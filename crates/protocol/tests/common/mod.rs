@@ -60,18 +60,19 @@ pub fn run_scenario_with_faults(
     seed: u64,
     cut_every: usize,
 ) -> Result<u64, String> {
-    run_inner(ranks, rails, cfg, msgs, seed, cut_every, false)
+    run_inner(ranks, rails, cfg, msgs, seed, cut_every, false).map(|(resent, _)| resent)
 }
 
 /// As [`run_scenario`] over one lossless rail per pair (shared memory), small sends taking the
-/// driver's fast path whenever the core allows it.
+/// driver's fast path whenever the core allows it, and about half the reads trying the in-place
+/// path (`Core::rx_express`). Returns how many frames that path took.
 pub fn run_lossless_scenario(
     ranks: usize,
     cfg: Config,
     msgs: &[Msg],
     seed: u64,
-) -> Result<(), String> {
-    run_inner(ranks, 1, cfg, msgs, seed, 0, true).map(|_| ())
+) -> Result<u64, String> {
+    run_inner(ranks, 1, cfg, msgs, seed, 0, true).map(|(_, express)| express)
 }
 
 fn run_inner(
@@ -82,7 +83,7 @@ fn run_inner(
     seed: u64,
     cut_every: usize,
     force_lossless: bool,
-) -> Result<u64, String> {
+) -> Result<(u64, u64), String> {
     let mut rng = Rng::new(seed ^ 0xabcdef);
     let mut sim = Cluster::new(ranks, rails, cfg, seed);
     // Same-host peers (no faults there): rendezvous data copied directly, the receiver told by
@@ -263,6 +264,12 @@ fn run_inner(
             sim.logged_frames()
         ));
     }
+    if !lossless && sim.express_reads != 0 {
+        return Err(format!(
+            "{} frames took the in-place path over lossy links",
+            sim.express_reads
+        ));
+    }
     let resent: u64 = sim.cores.iter().map(|c| c.resent_frames()).sum();
     for c in &sim.cores {
         if c.live_requests() != 0 || c.held_messages() != 0 {
@@ -274,7 +281,7 @@ fn run_inner(
             ));
         }
     }
-    Ok(resent)
+    Ok((resent, sim.express_reads))
 }
 
 pub fn small_config(policy: Policy, rng: &mut Rng) -> Config {
