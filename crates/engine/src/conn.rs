@@ -459,6 +459,15 @@ impl Engine {
         mine: bool,
     ) -> Result<(), Error> {
         tcp::tune(&s, &self.rail_opts).map_err(io_err("rail socket options"))?;
+        if let Some(cc) = &self.settings.tcp_congestion {
+            // Not allowed to this user or not in this kernel: the rail keeps the default.
+            if let Err(e) = tcp::set_congestion(&s, cc) {
+                debug!(
+                    "hxcomm {}: rail socket keeps its congestion control: {e}",
+                    self.whoami()
+                );
+            }
+        }
         let who = self.who(peer);
         let label = format!(
             "rail {} <-> {who} ({} -> {})",

@@ -74,6 +74,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "unsent bytes a rail socket may hold (TCP_NOTSENT_LOWAT)",
     ),
     (
+        "TCP_CONGESTION",
+        "cubic",
+        "TCP congestion control of rail sockets (system: the kernel's default); BBR drains a busy rail every 10 s",
+    ),
+    (
         "EAGER_CREDITS",
         "4m",
         "eager bytes a sender may have outstanding at one receiver",

@@ -28,6 +28,10 @@ pub struct Settings {
     pub bulk_wait: Duration,
     /// HX_NOTSENT_LOWAT: unsent bytes a rail socket may hold.
     pub notsent_lowat: u32,
+    /// HX_TCP_CONGESTION: TCP congestion control of rail sockets (default `cubic`; None, from
+    /// `system`, keeps the kernel's default). BBR (v1) drains a busy rail to 4 packets for 200 ms
+    /// every 10 s (PROBE_RTT: the minimum RTT seen on an idle link is never seen again under load).
+    pub tcp_congestion: Option<String>,
     /// HX_CONNECT_TIMEOUT: how long one connection attempt (connect and handshake) may take.
     pub connect_timeout: Duration,
     /// HX_RAIL_TIMEOUT: milliseconds without progress after which a rail counts as broken.
@@ -146,6 +150,7 @@ impl Settings {
             yield_while_spinning,
             bulk_wait: Duration::from_micros(num(var, "HX_BULK_WAIT_US", 1000u64)?),
             notsent_lowat: size(var, "HX_NOTSENT_LOWAT", 128 * 1024)? as u32,
+            tcp_congestion: tcp_congestion(var)?,
             connect_timeout: Duration::from_secs(num(var, "HX_CONNECT_TIMEOUT", 30u64)?),
             rail_timeout: Duration::from_millis(num(var, "HX_RAIL_TIMEOUT", 1000u64)?.max(1)),
             rank_timeout: Duration::from_secs(num(var, "HX_RANK_TIMEOUT", 30u64)?.max(1)),
@@ -173,6 +178,24 @@ fn topology(var: Lookup) -> Result<Option<hx_topology::Topology>, Error> {
     hx_topology::Topology::parse(spec.trim(), links)
         .map(Some)
         .map_err(|e| Error::Config(format!("HX_TOPOLOGY={spec}, HX_LINKS_PER_DIM={links}: {e}")))
+}
+
+fn tcp_congestion(var: Lookup) -> Result<Option<String>, Error> {
+    // Empty counts as unset, as for the other settings.
+    let v = var("HX_TCP_CONGESTION")
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "cubic".into());
+    let v = v.trim();
+    if v == "system" {
+        return Ok(None);
+    }
+    // The kernel's names: up to 15 characters (TCP_CA_NAME_MAX 16 with the NUL).
+    if v.len() > 15 || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(Error::Config(format!(
+            "HX_TCP_CONGESTION={v}: expected an algorithm name (cubic, bbr, reno, ...) or system"
+        )));
+    }
+    Ok(Some(v.to_string()))
 }
 
 fn transports(var: Lookup) -> Result<bool, Error> {
@@ -242,5 +265,23 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn tcp_congestion_defaults_to_cubic() {
+        let cc = |v: Option<&str>| {
+            let get = |name: &str| (name == "HX_TCP_CONGESTION").then(|| v.unwrap().to_string());
+            let none = |_: &str| None;
+            if v.is_some() {
+                Settings::from_lookup(&get).map(|s| s.tcp_congestion)
+            } else {
+                Settings::from_lookup(&none).map(|s| s.tcp_congestion)
+            }
+        };
+        assert_eq!(cc(None).unwrap().as_deref(), Some("cubic"));
+        assert_eq!(cc(Some("bbr")).unwrap().as_deref(), Some("bbr"));
+        assert_eq!(cc(Some("system")).unwrap(), None);
+        assert_eq!(cc(Some("")).unwrap().as_deref(), Some("cubic"));
+        assert!(cc(Some("cubic;rm")).is_err());
     }
 }

@@ -128,8 +128,11 @@ mod tests {
     #[test]
     fn every_setting_has_both_names() {
         let all = settings();
-        assert_eq!(all.len(), 19);
+        assert_eq!(all.len(), 20);
         assert!(all.iter().any(|(n, _)| n == "topology"));
+        assert!(all
+            .iter()
+            .any(|(n, m)| n == "tcp_congestion" && m.ends_with("(default cubic)")));
         assert!(all.iter().any(|(n, _)| n == "links_per_dim"));
         assert!(all
             .iter()

@@ -124,6 +124,18 @@ pub fn tune(stream: &TcpStream, opts: &RailOptions) -> io::Result<()> {
     stream.set_nonblocking(true)
 }
 
+/// Sets the rail's TCP congestion control (TCP_CONGESTION) to `name`, e.g. `cubic`. Fails with
+/// ENOENT when the kernel has no such algorithm and EPERM when an unprivileged process asks for one
+/// outside net.ipv4.tcp_allowed_congestion_control; the socket keeps its algorithm then.
+pub fn set_congestion(stream: &TcpStream, name: &str) -> io::Result<()> {
+    setsockopt(
+        stream,
+        sockopt::TcpCongestion,
+        &std::ffi::OsString::from(name),
+    )
+    .map_err(|e| ctx(e.into(), format!("TCP_CONGESTION {name}")))
+}
+
 /// Starts a nonblocking connection (for reconnecting a rail without stalling the progress loop);
 /// completion shows as writability.
 pub fn connect_nonblocking(
@@ -192,5 +204,23 @@ impl Link for TcpLink {
     }
     fn describe(&self) -> String {
         self.label.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::getsockopt;
+
+    #[test]
+    fn set_congestion_switches_the_algorithm_or_says_why_not() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        // Always present and allowed to everyone.
+        set_congestion(&c, "reno").unwrap();
+        let got = getsockopt(&c, sockopt::TcpCongestion).unwrap();
+        assert_eq!(got.to_str().unwrap().trim_end_matches('\0'), "reno");
+        let e = set_congestion(&c, "no_such_cc").unwrap_err();
+        assert!(e.to_string().contains("TCP_CONGESTION no_such_cc"), "{e}");
     }
 }
