@@ -411,9 +411,10 @@ impl<B: Buffer> Core<B> {
                     return Err(Self::violation(peer, rail, h.seq, "data for no rendezvous"));
                 };
                 let (total, dup) = match self.reqs.get(req).map(|r| &r.kind) {
-                    Some(ReqKind::Recv(rv)) => {
-                        (rv.status.map_or(0, |s| s.len), rv.chunks.as_ref().is_some_and(|c| c.contains(&h.value)))
-                    }
+                    Some(ReqKind::Recv(rv)) => (
+                        rv.status.map_or(0, |s| s.len),
+                        rv.chunks.as_ref().is_some_and(|c| c.contains(&h.value)),
+                    ),
                     _ => (0, false),
                 };
                 let end = h.value + h.payload_len as u64;
