@@ -31,6 +31,16 @@ pub struct AlltoallOpts {
     /// checked after the timed part; prints the median of the rounds after the first as a rate.
     #[arg(long)]
     pub throughput: bool,
+    /// With `--throughput`: per round, when each receive and send finished (ms from the round's
+    /// start, polled every 2 ms) and the bytes written on each rail (path) to each peer.
+    #[arg(long)]
+    pub detail: bool,
+    /// Order of the sends: `all` (every send posted at once) or `near-first` (the sends to the
+    /// peers with the fewest rails, i.e. the line neighbours on a hyper-crossbar, first; the
+    /// others when this rank's sends to those have finished; one group on a flat network).
+    /// On hxb:2x2x2 x 2 at 100 Mbit/s near-first was slower (3.48 s a round against 3.07-3.43).
+    #[arg(long, default_value = "all")]
+    pub schedule: String,
 }
 
 /// The pattern seed of the message from `from` to `to` in `round`.
@@ -102,6 +112,62 @@ fn parse_cpu(text: &str) -> [u64; 3] {
 /// One round's buffers per peer, prepared ahead (`None`: made inside the timed part).
 type Prepared = Vec<Option<Vec<u8>>>;
 
+/// The send groups: indices of `rails` (rails to each peer); with `near_first` the peers with the
+/// fewest rails (on a hyper-crossbar: hop distance x links per dimension, so the line
+/// neighbours) and then the rest, else one group.
+///
+/// The idea tried: posted all at once, the far peers' messages (more paths, so more TCP flows
+/// per link) finish first and the round's end is left to the line neighbours', which can use
+/// only their dimension's links. Sending those first did not help (see BENCHMARKS.md).
+fn phases(rails: &[usize], near_first: bool) -> Vec<Vec<usize>> {
+    if !near_first {
+        return vec![(0..rails.len()).collect()];
+    }
+    let Some(&fewest) = rails.iter().min() else {
+        return vec![];
+    };
+    let (near, far): (Vec<usize>, Vec<usize>) = (0..rails.len()).partition(|&i| rails[i] == fewest);
+    [near, far].into_iter().filter(|g| !g.is_empty()).collect()
+}
+
+/// Polls until every request is done; returns when each receive and send finished (seconds since
+/// `t0`). The requests stay for the caller to wait on (they are complete then).
+fn finish_times(
+    e: &mut Engine,
+    recvs: &[(u32, hx_engine::Request)],
+    sends: &[hx_engine::Request],
+    t0: Instant,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    use std::os::fd::BorrowedFd;
+    let all: Vec<hx_engine::Request> = recvs
+        .iter()
+        .map(|r| r.1)
+        .chain(sends.iter().copied())
+        .collect();
+    let mut at = vec![None::<f64>; all.len()];
+    let mut fin = Vec::new();
+    while at.iter().any(|a| a.is_none()) {
+        e.progress().map_err(|e| e.to_string())?;
+        fin.clear();
+        e.take_finished(&mut fin);
+        let now = t0.elapsed().as_secs_f64();
+        for (i, r) in all.iter().enumerate() {
+            if at[i].is_none() && fin.contains(r) {
+                at[i] = Some(now);
+            }
+        }
+        if at.iter().any(|a| a.is_none()) {
+            // SAFETY: the engine's fd lives as long as `e`.
+            let fd = unsafe { BorrowedFd::borrow_raw(e.fd()) };
+            let mut pfd = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
+            let _ = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(2u8));
+        }
+    }
+    let at: Vec<f64> = at.into_iter().map(|a| a.unwrap_or(0.0)).collect();
+    let (r, s) = at.split_at(recvs.len());
+    Ok((r.to_vec(), s.to_vec()))
+}
+
 /// Open file descriptors of this process that are sockets.
 fn sockets() -> usize {
     std::fs::read_dir("/proc/self/fd")
@@ -127,6 +193,14 @@ pub fn run(o: &AlltoallOpts) -> Result<(), String> {
     e.open_endpoint(EP).map_err(|e| e.to_string())?;
     let (me, size) = (e.rank(), e.size());
     let sockets_before = sockets();
+    if o.detail {
+        e.track_finished();
+    }
+    let phased = match o.schedule.as_str() {
+        "near-first" => true,
+        "all" => false,
+        x => return Err(format!("--schedule {x}: expected all or near-first")),
+    };
     let mut round_s = Vec::new();
     // Machine CPU ticks over the timed parts of the rounds after the first.
     let mut ticks = [0u64; 3];
@@ -157,14 +231,44 @@ pub fn run(o: &AlltoallOpts) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             recvs.push((p, r));
         }
-        for (i, &p) in peers.iter().enumerate() {
-            let data = sends[i].take().unwrap_or_else(|| mk_send(p));
-            reqs.push(
-                e.isend(EP, p, EP, round as u64, data)
-                    .map_err(|e| e.to_string())?,
-            );
+        let rails: Vec<usize> = peers.iter().map(|&p| e.rails(p)).collect();
+        for (k, group) in phases(&rails, phased).into_iter().enumerate() {
+            if k > 0 {
+                // This rank's sends of the group before are done: the next group's start.
+                e.wait_all(&reqs).map_err(|e| e.to_string())?;
+                reqs.clear();
+            }
+            for i in group {
+                let p = peers[i];
+                let data = sends[i].take().unwrap_or_else(|| mk_send(p));
+                reqs.push(
+                    e.isend(EP, p, EP, round as u64, data)
+                        .map_err(|e| e.to_string())?,
+                );
+            }
         }
         let mut got = Vec::with_capacity(recvs.len());
+        if o.detail {
+            let tx0: Vec<Vec<u64>> = peers.iter().map(|&p| e.rail_tx_bytes(p)).collect();
+            let (rt, st) = finish_times(&mut e, &recvs, &reqs, t)?;
+            let mut line = format!("rank {me} round {round} detail:");
+            for (i, &p) in peers.iter().enumerate() {
+                let tx = e.rail_tx_bytes(p);
+                let names = e.rail_names(p);
+                let rails: Vec<String> = names
+                    .iter()
+                    .zip(tx.iter().zip(tx0[i].iter().chain(std::iter::repeat(&0))))
+                    .map(|(n, (a, b))| format!("{n}={:.2}", (a - b) as f64 / 1e6))
+                    .collect();
+                line += &format!(
+                    " | peer {p} recv {:.0} send {:.0} MB {}",
+                    rt[i] * 1e3,
+                    st[i] * 1e3,
+                    rails.join(",")
+                );
+            }
+            println!("{line}");
+        }
         for (p, r) in recvs {
             let (st, buf) = e.wait_owned(r).map_err(|e| e.to_string())?;
             let buf = buf.unwrap_or_default();
@@ -237,6 +341,17 @@ mod tests {
         assert!(check_round(1, 3, 100, vec![(0, 100, b.clone())]).is_ok());
         assert!(check_round(1, 3, 100, vec![(0, 99, b.clone())]).is_err());
         assert!(check_round(1, 2, 100, vec![(0, 100, b)]).is_err());
+    }
+
+    #[test]
+    fn send_phases() {
+        assert_eq!(phases(&[2, 4, 6, 2], false), vec![vec![0, 1, 2, 3]]);
+        assert_eq!(
+            phases(&[2, 4, 6, 2, 4], true),
+            vec![vec![0, 3], vec![1, 2, 4]]
+        );
+        assert_eq!(phases(&[6, 6, 6], true), vec![vec![0, 1, 2]]);
+        assert_eq!(phases(&[], true), Vec::<Vec<usize>>::new());
     }
 
     #[test]
