@@ -4,12 +4,21 @@
 //! # Layout
 //! One memfd (sealed against shrinking, so the peer can never make our mapping fault) holds a
 //! 4 KiB header and two rings of `capacity` bytes (a power of two). Side 0 (the acceptor, which
-//! creates the segment) writes ring 0 and reads ring 1; side 1 (the connector) the reverse. Each
-//! ring has a `head` (bytes ever written, stored only by its producer) and a `tail` (bytes ever
-//! consumed, stored only by its consumer), each on its own 128-byte line. Each side keeps its own
-//! index in private memory and only *reads* the peer's index from the mapping, so a buggy or
-//! hostile peer can at worst make us see an impossible distance (reported as `InvalidData`) or
-//! garbage bytes; every offset is masked by `capacity - 1` and copies never leave the mapping.
+//! creates the segment) writes ring 0 and reads ring 1; side 1 (the connector) the reverse.
+//!
+//! A ring carries records: an 8-byte header word (`REC_VALID | payload length`) and the payload,
+//! starting on a 64-byte line and padded to the next (a payload under 512 bytes follows its
+//! header, a longer one starts on the next line); a record never crosses the ring's end. The
+//! producer keeps the word after its last record zero: it
+//! zeroes the next header slot, then publishes a record by storing its header (release). So the
+//! consumer polls the header word at its own position, on the same cache line as the first
+//! payload bytes: one cache-line transfer tells it that a small message came and carries the
+//! message, where a separate head index would cost a second, dependent one. The consumer
+//! publishes a `tail` (bytes ever consumed, on its own 128-byte line) for the producer's free
+//! space. Each side keeps its own positions in private memory and only *reads* the peer's words
+//! from the mapping, so a buggy or hostile peer can at worst make us see an impossible tail or
+//! record header (reported as `InvalidData`) or garbage bytes; every offset is masked by
+//! `capacity - 1` and copies never leave the mapping.
 //!
 //! # Waking without burning a core
 //! While both sides are awake the engine calls `read`/`write_vectored` every progress round
@@ -59,10 +68,40 @@ pub const DEFAULT_CAPACITY: usize = 1 << 20;
 pub const MIN_CAPACITY: usize = 4096;
 pub const MAX_CAPACITY: usize = 1 << 30;
 
-/// Large copies publish their progress every this many bytes (pipelining writer and reader).
+/// Largest record payload: large copies publish their progress every this many bytes
+/// (pipelining writer and reader).
 const PUBLISH: usize = 64 << 10;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"HXSHMv01");
+/// Record header: bit 63 set, payload length (at least 1) in the low 32 bits, nothing else.
+const REC_HDR: usize = 8;
+const REC_VALID: u64 = 1 << 63;
+const REC_LEN: u64 = u32::MAX as u64;
+/// Records start on cache lines. A payload shorter than `REC_ALIGNED` follows its header in
+/// the same line (a small message is one line); a longer one starts on the next line, so large
+/// copies run between aligned addresses.
+const REC_LINE: usize = 64;
+const REC_ALIGNED: usize = 512;
+
+const fn align_up(n: usize) -> usize {
+    (n + REC_LINE - 1) & !(REC_LINE - 1)
+}
+const fn align_down(n: usize) -> usize {
+    n & !(REC_LINE - 1)
+}
+/// Where a record's payload starts, from the record's start.
+const fn payload_at(len: usize) -> usize {
+    if len < REC_ALIGNED {
+        REC_HDR
+    } else {
+        REC_LINE
+    }
+}
+/// Ring bytes a record of `len` payload bytes takes, header and padding included.
+const fn footprint(len: usize) -> usize {
+    align_up(payload_at(len) + len)
+}
+
+const MAGIC: u64 = u64::from_le_bytes(*b"HXSHMv02");
 const HDR: usize = 4096;
 const LINE: usize = 128;
 const OFF_MAGIC: usize = 0;
@@ -72,9 +111,6 @@ const OFF_SLEEP: usize = 5 * LINE;
 /// `closed[side]` at `OFF_CLOSED + 8 * side`: set once by `side` when it drops its link.
 const OFF_CLOSED: usize = 6 * LINE;
 
-const fn off_head(ring: usize) -> usize {
-    LINE * (1 + 2 * ring)
-}
 const fn off_tail(ring: usize) -> usize {
     LINE * (2 + 2 * ring)
 }
@@ -215,12 +251,17 @@ pub struct ShmLink {
     /// Start of the ring we write and the ring we read (inside `map`).
     tx: *mut u8,
     rx: *const u8,
-    /// Our own indices (authoritative, never read back from shared memory) and our last view
-    /// of the peer's (re-read only when the cached one is not enough).
+    /// Our own positions (authoritative, never read back from shared memory) and our last view
+    /// of the peer's tail (re-read only when the cached one is not enough). `tx_head`: where
+    /// our next record header goes (the zero word). `rx_tail`: how far we have read; inside a
+    /// record, `rx_left` payload bytes and then `rx_pad` padding bytes remain.
     tx_head: u64,
     tx_tail_seen: u64,
     rx_tail: u64,
-    rx_head_seen: u64,
+    rx_left: usize,
+    rx_pad: usize,
+    /// The tail we last stored for the peer.
+    rx_tail_published: u64,
     /// The last write could not take everything: `arm` must also wake us for room.
     write_blocked: bool,
     /// The setup socket hung up without the peer setting `closed` (process killed).
@@ -276,7 +317,9 @@ impl ShmLink {
             tx_head: 0,
             tx_tail_seen: 0,
             rx_tail: 0,
-            rx_head_seen: 0,
+            rx_left: 0,
+            rx_pad: 0,
+            rx_tail_published: 0,
             write_blocked: false,
             peer_dead: false,
             my_efd,
@@ -286,13 +329,14 @@ impl ShmLink {
             label,
             trace: None,
         };
-        // Our own indices start at zero; the peer must not have touched them.
-        if link.map.word(off_head(side)).load(Ordering::Relaxed) != 0
-            || link.map.word(off_tail(1 - side)).load(Ordering::Relaxed) != 0
+        // Our own words start at zero (the tail we publish, the first header slot of the ring
+        // we write); the peer must not have touched them.
+        if link.map.word(off_tail(1 - side)).load(Ordering::Relaxed) != 0
+            || link.tx_word(0).load(Ordering::Relaxed) != 0
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "shm segment: our ring indices are not zero at setup",
+                "shm segment: our ring words are not zero at setup",
             ));
         }
         Ok(link)
@@ -325,35 +369,140 @@ impl ShmLink {
         )
     }
 
-    /// Bytes readable now, re-reading the peer's head only if the cached view shows none.
-    fn readable(&mut self) -> io::Result<u64> {
-        let avail = self.rx_head_seen.wrapping_sub(self.rx_tail);
-        if avail != 0 {
-            return Ok(avail);
-        }
-        let head = self.map.word(off_head(self.peer())).load(Ordering::Acquire);
-        let avail = head.wrapping_sub(self.rx_tail);
-        if avail > self.cap {
-            return Err(self.corrupt("head", head, self.rx_tail));
-        }
-        self.rx_head_seen = head;
-        Ok(avail)
+    /// The header word at `off` of the ring we write / read. `off` is a multiple of 8 below
+    /// the capacity (record boundaries always are).
+    fn tx_word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.cap as usize);
+        // SAFETY: inside the tx ring of the live mapping; the ring starts page aligned + a
+        // multiple of its power-of-two capacity, so an 8-aligned offset is 8-aligned. The peer
+        // accesses header words only atomically too.
+        unsafe { &*(self.tx.add(off) as *const AtomicU64) }
     }
 
-    /// Free bytes in our ring, re-reading the peer's tail only if the cached view shows fewer
-    /// than `want`.
+    fn rx_word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.cap as usize);
+        // SAFETY: as for tx_word, in the rx ring.
+        unsafe { &*(self.rx.add(off) as *const AtomicU64) }
+    }
+
+    /// True if payload is readable now: the current record has bytes left, or the next
+    /// record's header is published.
+    #[inline]
+    fn next_record(&mut self) -> io::Result<bool> {
+        if self.rx_left != 0 {
+            return Ok(true);
+        }
+        let off = (self.rx_tail & (self.cap - 1)) as usize;
+        let h = self.rx_word(off).load(Ordering::Acquire);
+        if h == 0 {
+            return Ok(false);
+        }
+        let len = (h & REC_LEN) as usize;
+        if h & !(REC_VALID | REC_LEN) != 0
+            || h & REC_VALID == 0
+            || len == 0
+            || footprint(len) > self.cap as usize - off
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: corrupt shared ring: record header {h:#x} at offset {off} (capacity {})",
+                    self.label, self.cap
+                ),
+            ));
+        }
+        let at = payload_at(len);
+        self.rx_tail = self.rx_tail.wrapping_add(at as u64);
+        self.rx_left = len;
+        self.rx_pad = footprint(len) - at - len;
+        Ok(true)
+    }
+
+    /// Takes `n` bytes (at most what the current record has left) off the current record.
+    #[inline]
+    fn advance(&mut self, n: usize) {
+        self.rx_left -= n;
+        self.rx_tail = self.rx_tail.wrapping_add(n as u64);
+        if self.rx_left == 0 {
+            self.rx_tail = self.rx_tail.wrapping_add(self.rx_pad as u64);
+            self.rx_pad = 0;
+        }
+    }
+
+    /// Hands what we have read back to the writer, waking it if it sleeps waiting for room.
+    fn publish_tail(&mut self) {
+        if self.rx_tail != self.rx_tail_published {
+            self.rx_tail_published = self.rx_tail;
+            self.map
+                .word(off_tail(self.peer()))
+                .store(self.rx_tail, Ordering::Release);
+            self.wake_peer();
+        }
+    }
+
+    /// Free bytes in our ring (the zero word at our head counts as used), re-reading the
+    /// peer's tail only if the cached view shows fewer than `want`.
     fn writable(&mut self, want: u64) -> io::Result<u64> {
-        let free = self.cap - self.tx_head.wrapping_sub(self.tx_tail_seen);
+        let used = self
+            .tx_head
+            .wrapping_add(REC_HDR as u64)
+            .wrapping_sub(self.tx_tail_seen);
+        let free = self.cap - used;
         if free >= want {
             return Ok(free);
         }
         let tail = self.map.word(off_tail(self.side)).load(Ordering::Acquire);
-        let used = self.tx_head.wrapping_sub(tail);
-        if used > self.cap {
+        // The reader never passes our zero word: a tail there or beyond is impossible.
+        let used = self.tx_head.wrapping_add(REC_HDR as u64).wrapping_sub(tail);
+        if !(REC_HDR as u64..=self.cap).contains(&used) {
             return Err(self.corrupt("tail", tail, self.tx_head));
         }
         self.tx_tail_seen = tail;
         Ok(self.cap - used)
+    }
+
+    /// A small message as one compact record when the cached view of the tail shows room
+    /// before the ring's end (the common case; false: nothing written, take the general path).
+    #[inline]
+    fn write_small(&mut self, bufs: &[IoSlice<'_>], total: usize) -> bool {
+        let need = footprint(total);
+        let off = (self.tx_head & (self.cap - 1)) as usize;
+        let used = self
+            .tx_head
+            .wrapping_add(REC_HDR as u64)
+            .wrapping_sub(self.tx_tail_seen);
+        if need > self.cap as usize - off || need as u64 > self.cap - used {
+            return false;
+        }
+        let mut at = off + REC_HDR;
+        for b in bufs {
+            // SAFETY: the record [off, off + need) ends inside the tx ring and within the free
+            // bytes the reader has consumed; the payloads add up to `total`, and
+            // REC_HDR + total <= need. The source is the caller's slice, disjoint from the
+            // mapping.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.tx.add(at), b.len()) };
+            at += b.len();
+        }
+        self.emit(total);
+        if let Some(t) = self.trace.as_deref_mut() {
+            let now = crate::trace::now_ns();
+            t.wrote(now, now, total);
+        }
+        self.write_blocked = false;
+        true
+    }
+
+    /// Publishes a record of `len` payload bytes already copied behind our head: zero the
+    /// next header slot first, then store this header (release), then wake a sleeping reader.
+    fn emit(&mut self, len: usize) {
+        let off = (self.tx_head & (self.cap - 1)) as usize;
+        let next = self.tx_head.wrapping_add(footprint(len) as u64);
+        self.tx_word((next & (self.cap - 1)) as usize)
+            .store(0, Ordering::Relaxed);
+        self.tx_word(off)
+            .store(REC_VALID | len as u64, Ordering::Release);
+        self.tx_head = next;
+        self.wake_peer();
     }
 
     /// After publishing an index: wake the peer if it is asleep (Dekker with its `arm`).
@@ -364,14 +513,6 @@ impl ShmLink {
         if flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::AcqRel) != 0 {
             signal(&self.peer_efd);
         }
-    }
-
-    fn publish(&mut self, head: u64) {
-        self.tx_head = head;
-        self.map
-            .word(off_head(self.side))
-            .store(head, Ordering::Release);
-        self.wake_peer();
     }
 
     fn peer_closed(&self) -> bool {
@@ -410,36 +551,32 @@ impl ShmLink {
 impl Link for ShmLink {
     fn ready(&mut self) -> bool {
         self.awake();
-        if self.rx_head_seen != self.rx_tail {
+        if self.rx_left != 0 {
             return true;
         }
-        // A head that moved is checked for sanity by read().
-        let head = self.map.word(off_head(self.peer())).load(Ordering::Acquire);
-        head != self.rx_tail || self.peer_closed() || self.peer_dead
+        // A nonzero header is checked for sanity by read().
+        let off = (self.rx_tail & (self.cap - 1)) as usize;
+        self.rx_word(off).load(Ordering::Relaxed) != 0 || self.peer_closed() || self.peer_dead
     }
 
     fn peek(&mut self) -> Option<&[u8]> {
-        let avail = self.readable().ok()? as usize;
-        if avail == 0 {
+        if !self.next_record().ok()? {
             return None;
         }
         let off = (self.rx_tail & (self.cap - 1)) as usize;
-        let k = avail.min(self.cap as usize - off);
-        // SAFETY: off < cap and k <= cap - off: inside the rx ring. The peer does not write
-        // these bytes until we advance the tail (in consume, which needs &mut self, so the
-        // slice is gone by then); if it does anyway we see garbage, never out of bounds.
-        Some(unsafe { std::slice::from_raw_parts(self.rx.add(off), k) })
+        // SAFETY: the record was checked to end inside the ring (off + rx_left <= cap). The
+        // peer does not write these bytes until we advance the tail (in consume, which needs
+        // &mut self, so the slice is gone by then); if it does anyway we see garbage, never
+        // out of bounds.
+        Some(unsafe { std::slice::from_raw_parts(self.rx.add(off), self.rx_left) })
     }
 
     fn consume(&mut self, n: usize) {
-        let n = (n as u64).min(self.rx_head_seen.wrapping_sub(self.rx_tail));
-        self.rx_tail = self.rx_tail.wrapping_add(n);
-        self.map
-            .word(off_tail(self.peer()))
-            .store(self.rx_tail, Ordering::Release);
-        self.wake_peer();
+        let n = n.min(self.rx_left);
+        self.advance(n);
+        self.publish_tail();
         if let Some(t) = self.trace.as_deref_mut() {
-            t.read(0, None, crate::trace::now_ns(), n as usize);
+            t.read(0, None, crate::trace::now_ns(), n);
         }
     }
 
@@ -448,48 +585,52 @@ impl Link for ShmLink {
         if buf.is_empty() {
             return Ok(0);
         }
-        let mut avail = self.readable()?;
-        if avail == 0 {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.next_record() {
+                Ok(true) => {}
+                Ok(false) => break,
+                // Deliver what came before the bad record; the next call reports it.
+                Err(_) if done > 0 => break,
+                Err(e) => {
+                    self.publish_tail();
+                    return Err(e);
+                }
+            }
+            let off = (self.rx_tail & (self.cap - 1)) as usize;
+            let k = self.rx_left.min(buf.len() - done);
+            // SAFETY: the record was checked to end inside the ring, and k <= rx_left, so
+            // [off, off + k) is inside the rx ring; done + k <= buf.len(). `buf` is ours and
+            // does not overlap the mapping. The peer does not write these bytes until we
+            // advance the tail (if it does anyway, we read garbage bytes, never out of bounds).
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.rx.add(off), buf.as_mut_ptr().add(done), k);
+            }
+            done += k;
+            self.advance(k);
+            // Hand back room record by record so a streaming writer refills while we copy.
+            self.publish_tail();
+        }
+        if done == 0 {
             if self.peer_closed() {
                 // The peer published everything before setting `closed`: look once more.
-                avail = self.readable()?;
-                if avail == 0 {
+                if !self.next_record()? {
+                    self.publish_tail();
                     return Ok(0);
                 }
+                return self.read(buf);
             } else if self.peer_dead {
                 return Err(io::Error::new(
                     io::ErrorKind::ConnectionReset,
                     format!("{}: peer process gone without closing", self.label),
                 ));
-            } else {
-                return Err(io::ErrorKind::WouldBlock.into());
             }
-        }
-        let n = (avail as usize).min(buf.len());
-        let cap = self.cap as usize;
-        let mut done = 0;
-        while done < n {
-            let off = (self.rx_tail & (self.cap - 1)) as usize;
-            let k = (n - done).min(cap - off).min(PUBLISH);
-            // SAFETY: off < cap and k <= cap - off, so [off, off + k) is inside the rx ring;
-            // done + k <= n <= buf.len(). `buf` is ours and does not overlap the mapping. The
-            // peer does not write these bytes until we advance the tail (if it does anyway, we
-            // read garbage bytes, never out of bounds).
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.rx.add(off), buf.as_mut_ptr().add(done), k);
-            }
-            done += k;
-            // Hand back room piece by piece so a streaming writer refills while we copy.
-            self.rx_tail = self.rx_tail.wrapping_add(k as u64);
-            self.map
-                .word(off_tail(self.peer()))
-                .store(self.rx_tail, Ordering::Release);
-            self.wake_peer();
+            return Err(io::ErrorKind::WouldBlock.into());
         }
         if let Some(t) = self.trace.as_deref_mut() {
-            t.read(0, None, crate::trace::now_ns(), n);
+            t.read(0, None, crate::trace::now_ns(), done);
         }
-        Ok(n)
+        Ok(done)
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
@@ -503,45 +644,63 @@ impl Link for ShmLink {
         if total == 0 {
             return Ok(0);
         }
-        let free = self.writable(total as u64)?;
-        if free == 0 {
-            self.write_blocked = true;
-            return Err(io::ErrorKind::WouldBlock.into());
+        if total < REC_ALIGNED && self.write_small(bufs, total) {
+            return Ok(total);
         }
-        let limit = total.min(free as usize);
         let cap = self.cap as usize;
-        let mut pos = self.tx_head;
-        let mut left = limit;
-        for b in bufs {
-            let mut src: &[u8] = &b[..b.len().min(left)];
-            left -= src.len();
-            while !src.is_empty() {
-                let off = (pos & (self.cap - 1)) as usize;
-                let k = src.len().min(cap - off).min(PUBLISH);
-                // SAFETY: off < cap and k <= cap - off, so [off, off + k) is inside the tx ring,
-                // and we write at most `free` bytes past our head, all of them consumed by the
-                // peer already. The source is the caller's slice, disjoint from the mapping.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.tx.add(off), k) };
-                src = &src[k..];
-                pos = pos.wrapping_add(k as u64);
-                // Publish piece by piece so the reader starts copying out while we copy in.
-                if pos.wrapping_sub(self.tx_head) >= PUBLISH as u64 {
-                    self.publish(pos);
-                }
+        // Where the next byte to copy is: bufs[bi][bo..].
+        let (mut bi, mut bo) = (0, 0);
+        let mut written = 0;
+        while written < total {
+            let want = footprint((total - written).min(PUBLISH));
+            let free = self.writable(want as u64)? as usize;
+            let off = (self.tx_head & (self.cap - 1)) as usize;
+            // Room for this record: before the ring's end (records start on lines, so at
+            // least one line is left), and leaving the next header slot free. A record too
+            // small for the aligned layout takes the compact one.
+            let room = align_down(free.min(cap - off));
+            let mut n = room
+                .saturating_sub(REC_LINE)
+                .min(PUBLISH)
+                .min(total - written);
+            if n < REC_ALIGNED {
+                n = room
+                    .saturating_sub(REC_HDR)
+                    .min(REC_ALIGNED - 1)
+                    .min(total - written);
             }
-            if left == 0 {
+            if n == 0 {
                 break;
             }
-        }
-        if pos != self.tx_head {
-            if let Some(t) = self.trace.as_deref_mut() {
-                let now = crate::trace::now_ns();
-                t.wrote(now, now, limit);
+            let mut at = off + payload_at(n);
+            let mut left = n;
+            while left > 0 && bi < bufs.len() {
+                let src = &bufs[bi][bo..];
+                let k = src.len().min(left);
+                // SAFETY: [at, at + k) lies in the record, [off, off + footprint(n)), which
+                // ends inside the tx ring and within the `free` bytes the reader has consumed
+                // (footprint(n) <= room). The
+                // source is the caller's slice, disjoint from the mapping.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.tx.add(at), k) };
+                at += k;
+                left -= k;
+                bo += k;
+                if bo == bufs[bi].len() {
+                    (bi, bo) = (bi + 1, 0);
+                }
             }
-            self.publish(pos);
+            self.emit(n);
+            written += n;
         }
-        self.write_blocked = limit < total;
-        Ok(limit)
+        self.write_blocked = written < total;
+        if written == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        if let Some(t) = self.trace.as_deref_mut() {
+            let now = crate::trace::now_ns();
+            t.wrote(now, now, written);
+        }
+        Ok(written)
     }
 
     fn fd(&self) -> RawFd {
@@ -584,12 +743,14 @@ impl Link for ShmLink {
         let me = self.map.word(OFF_SLEEP + 8 * self.side);
         me.store(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let room = self.write_blocked && !matches!(self.writable(1), Ok(0));
+        // Room means room for a record: a line (an error is left to write to report).
+        let line = REC_LINE as u64;
+        let room = self.write_blocked && !matches!(self.writable(line), Ok(f) if f < line);
         // Report room once: if the engine has nothing left to write, we must not keep it awake.
         self.write_blocked &= !room;
         let busy = room
-            || match self.readable() {
-                Ok(n) => n > 0 || self.peer_closed(),
+            || match self.next_record() {
+                Ok(data) => data || self.peer_closed(),
                 Err(_) => true, // let read report it
             };
         if busy {

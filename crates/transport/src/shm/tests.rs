@@ -61,19 +61,53 @@ fn wraparound_with_odd_sizes() {
 }
 
 #[test]
-fn full_ring_would_block_and_exact_fill() {
+fn full_ring_would_block_then_room_after_reads() {
     let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
-    let big = vec![7u8; MIN_CAPACITY + 100];
-    assert_eq!(
-        a.write_vectored(&[IoSlice::new(&big)]).unwrap(),
-        MIN_CAPACITY
-    );
+    let big: Vec<u8> = (0..MIN_CAPACITY as u32 + 100).map(|i| i as u8).collect();
+    // One record as large as fits: the ring less its header line and the next header slot.
+    let first = a.write_vectored(&[IoSlice::new(&big)]).unwrap();
+    assert_eq!(first, MIN_CAPACITY - 2 * REC_LINE);
     let e = a.write_vectored(&[IoSlice::new(&big)]).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::WouldBlock);
-    let mut buf = vec![0u8; 3];
-    assert_eq!(b.read(&mut buf).unwrap(), 3);
-    assert_eq!(a.write_vectored(&[IoSlice::new(&big)]).unwrap(), 3);
+    // A few bytes read free a few bytes: at most a small record fits.
+    let mut buf = vec![0u8; MIN_CAPACITY];
+    assert_eq!(b.read(&mut buf[..3]).unwrap(), 3);
+    let more = a.write_vectored(&[IoSlice::new(&big[first..])]).unwrap();
+    assert!(more < REC_LINE, "{more}");
+    // Draining gives room again; the bytes are those written, across the wrap.
+    assert_eq!(b.read(&mut buf[3..]).unwrap(), first - 3 + more);
+    assert_eq!(buf[..first + more], big[..first + more]);
+    let second = a.write_vectored(&[IoSlice::new(&big[..1000])]).unwrap();
+    assert_eq!(second, 1000);
+    assert_eq!(b.read(&mut buf).unwrap(), 1000);
+    assert_eq!(buf[..1000], big[..1000]);
     assert_eq!(a.write_vectored(&[]).unwrap(), 0);
+    assert_eq!(b.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+}
+
+#[test]
+fn records_gather_slices_and_peek_shows_one_record() {
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let n = a
+        .write_vectored(&[
+            IoSlice::new(b"head"),
+            IoSlice::new(b""),
+            IoSlice::new(b"er+body"),
+        ])
+        .unwrap();
+    assert_eq!(n, 11);
+    a.write_vectored(&[IoSlice::new(b"second")]).unwrap();
+    assert!(b.ready());
+    assert_eq!(b.peek().unwrap(), b"header+body");
+    b.consume(6);
+    assert_eq!(b.peek().unwrap(), b"+body");
+    b.consume(5);
+    assert_eq!(b.peek().unwrap(), b"second");
+    b.consume(100); // more than the record: takes the record only
+    assert!(b.peek().is_none());
+    assert!(!b.ready());
+    assert_eq!(a.tx_head, (footprint(11) + footprint(6)) as u64);
+    assert_eq!(b.rx_tail, a.tx_head);
 }
 
 #[test]
@@ -114,16 +148,21 @@ fn writer_waiting_for_room_is_woken() {
     let big = vec![1u8; 2 * MIN_CAPACITY];
     assert_eq!(
         a.write_vectored(&[IoSlice::new(&big)]).unwrap(),
-        MIN_CAPACITY
+        MIN_CAPACITY - 2 * REC_LINE
     );
     assert!(a.arm(), "ring full, nothing to read: sleep");
     assert!(!poll_in(a.fd(), 0));
-    let mut buf = vec![0u8; 100];
-    assert_eq!(b.read(&mut buf).unwrap(), 100);
+    let mut buf = vec![0u8; 200];
+    assert_eq!(b.read(&mut buf).unwrap(), 200);
     assert!(poll_in(a.fd(), 1000), "writer not told about room");
     assert!(!a.arm(), "room now");
     assert!(a.arm(), "room is reported once, not forever");
-    assert_eq!(a.write_vectored(&[IoSlice::new(&big)]).unwrap(), 100);
+    // Freed: the 200 bytes and their record's header line; records take headers and padding.
+    let n = a.write_vectored(&[IoSlice::new(&big)]).unwrap();
+    assert!(
+        (200 - 2 * REC_LINE..=200 + 2 * REC_LINE).contains(&n),
+        "{n}"
+    );
 }
 
 #[test]
@@ -150,34 +189,33 @@ fn close_gives_eof_after_drain_and_broken_pipe() {
 }
 
 #[test]
-fn corrupt_indices_are_errors() {
+fn corrupt_headers_and_tails_are_errors() {
     let (a, mut b) = pair(MIN_CAPACITY).unwrap();
     let cap = MIN_CAPACITY as u64;
-    // The peer claims more bytes than the ring holds.
-    a.map.word(off_head(0)).store(cap + 1, Ordering::Release);
-    let e = b.read(&mut [0u8; 16]).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
-    assert!(!b.arm(), "arm leaves the error to read");
-    // A head behind our tail (wraps to a huge distance).
-    a.map
-        .word(off_head(0))
-        .store(u64::MAX - 3, Ordering::Release);
-    assert_eq!(
-        b.read(&mut [0u8; 16]).unwrap_err().kind(),
-        ErrorKind::InvalidData
-    );
-    // The reader claims to have consumed bytes never written.
+    for bad in [
+        REC_VALID | cap,           // a record longer than the ring
+        REC_VALID | (cap - 4),     // ends past the ring's end
+        1,                         // no valid bit
+        REC_VALID | (1 << 40) | 5, // unknown bits
+        REC_VALID,                 // an empty record
+    ] {
+        a.tx_word(0).store(bad, Ordering::Release);
+        assert!(b.ready(), "a nonzero header is worth a read");
+        let e = b.read(&mut [0u8; 16]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidData, "{bad:#x}: {e}");
+        assert!(e.to_string().contains("record header"), "{e}");
+        assert!(!b.arm(), "arm leaves the error to read");
+        assert!(b.peek().is_none());
+    }
+    // The reader claims to have consumed bytes never written (past our zero header).
     b.map.word(off_tail(1)).store(5, Ordering::Release);
     let e = b
         .write_vectored(&[IoSlice::new(&[0u8; 10_000])])
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
-    // Any in-range garbage is just bytes.
-    a.map.word(off_head(0)).store(cap, Ordering::Release);
-    assert_eq!(
-        b.read(&mut vec![0u8; 2 * MIN_CAPACITY]).unwrap(),
-        MIN_CAPACITY
-    );
+    // Any well-formed header over garbage is just bytes.
+    a.tx_word(0).store(REC_VALID | 100, Ordering::Release);
+    assert_eq!(b.read(&mut vec![0u8; 2 * MIN_CAPACITY]).unwrap(), 100);
 }
 
 #[test]
