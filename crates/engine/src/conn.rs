@@ -74,6 +74,11 @@ pub(crate) struct RailSlot {
     pub warned: bool,
     /// The rail has been connected before (a new connection brings it back).
     pub was_up: bool,
+    /// Its socket's TCP_NOTSENT_LOWAT is raised for bulk data (Engine::tune_lowat).
+    pub lowat_raised: bool,
+    /// Its socket's SO_RCVLOWAT (0: the default, 1 byte), raised while a large payload arrives
+    /// (Engine::tune_rcvlowat).
+    pub rcvlowat: u32,
 }
 
 impl RailSlot {
@@ -90,6 +95,8 @@ impl RailSlot {
             attempting: false,
             warned: false,
             was_up: false,
+            lowat_raised: false,
+            rcvlowat: 0,
         }
     }
 }
@@ -507,6 +514,11 @@ impl Engine {
         let r = &mut self.peers[peer as usize].rails[rail];
         r.link = Some(link);
         r.blocked = false;
+        // A new socket starts at the configured mark.
+        if std::mem::take(&mut r.lowat_raised) {
+            self.raised_lowat -= 1;
+        }
+        r.rcvlowat = 0;
         r.mine = mine;
         r.gone = false;
         let warned = std::mem::take(&mut r.warned);

@@ -45,6 +45,19 @@ const HOUSEKEEPING: Duration = Duration::from_millis(50);
 const SPIN_READ_LINKS: usize = 2;
 /// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
 const BULK_SLEEP: usize = 256 * 1024;
+/// While much bulk data is queued, rail sockets hold up to this many times HX_NOTSENT_LOWAT
+/// unsent (1 MiB by default): a sender sleeping on a wire-limited rail then wakes once per
+/// ~0.5-1 MiB drained, as a blocking writer (iperf3) does, instead of once per ~128 KiB.
+const BULK_LOWAT_FACTOR: u32 = 8;
+/// ... but only while at least this many raised marks' worth of data is queued per socket rail,
+/// so that a rail never commits more than a small part of what is left to it (the tail of a
+/// transfer is shared out at the configured mark, by the rails' actual pace).
+const BULK_LOWAT_QUEUE: usize = 4;
+/// A socket rail whose current payload has at least this much still to come is readable only
+/// once all of it (up to [`RCVLOWAT_MAX`]) is there: a receiver asleep on a wire-limited rail
+/// wakes once per chunk instead of once per burst of segments (every ~64 KiB at 1 Gbit/s).
+const RCVLOWAT_MIN: usize = 64 * 1024;
+const RCVLOWAT_MAX: usize = 1024 * 1024;
 
 /// A nonblocking operation in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,6 +118,11 @@ pub struct Engine {
     rounds: u32,
     /// Consecutive idle rounds of [`progress_polled`](Self::progress_polled).
     idle_polls: u32,
+    /// Socket rails whose TCP_NOTSENT_LOWAT is raised for bulk data ([`tune_lowat`](Self::tune_lowat)).
+    pub(crate) raised_lowat: usize,
+    /// The engine sleeps in epoll while bulk data comes and goes (rather than spinning): socket
+    /// rails' SO_RCVLOWAT follows large payloads then ([`tune_rcvlowat`](Self::tune_rcvlowat)).
+    bulk_asleep: bool,
     next_housekeeping: Instant,
     rail_failures: u64,
 }
@@ -301,6 +319,8 @@ impl Engine {
             spins: 0,
             rounds: 0,
             idle_polls: 0,
+            raised_lowat: 0,
+            bulk_asleep: false,
             next_housekeeping: Instant::now(),
             rail_failures: 0,
         })
@@ -827,9 +847,23 @@ impl Engine {
         // rounds and looks at the clock only every 32 idle ones.
         let mut idle_since = None::<Instant>;
         let mut idle_rounds = 0u32;
+        // Asleep for bulk data: the next round sleeps in epoll again at once. Every event is
+        // handled in full there (edge-triggered; reads go on until a short read, writes until
+        // the socket is full), so a nonblocking round in between would find nothing and cost a
+        // recv and an epoll_wait per wakeup, which on a wire-limited rail comes every 64-128 KiB.
+        let mut asleep = false;
         loop {
             if done(self) {
+                self.bulk_asleep = false;
                 return Ok(());
+            }
+            if asleep {
+                self.progress_once(100)?;
+                let queued = self.queued_bulk();
+                self.lower_lowats_below(queued);
+                asleep = queued >= BULK_SLEEP;
+                self.bulk_asleep = asleep;
+                continue;
             }
             if self.progress_once(0)? > 0 {
                 idle_since = None;
@@ -839,7 +873,9 @@ impl Engine {
             // Spin while a reply may come any moment; while bulk data is in flight, wake up for
             // it in epoll instead (the socket buffers absorb the wakeup delay).
             // (Shared memory has no socket buffer to absorb a wakeup: keep spinning there.)
-            let bulk = self.polled.is_empty() && self.core.bulk_bytes() >= BULK_SLEEP;
+            let queued = self.queued_bulk();
+            self.lower_lowats_below(queued);
+            let bulk = queued >= BULK_SLEEP;
             idle_rounds = idle_rounds.wrapping_add(1);
             let spin_over = !idle_rounds.is_multiple_of(32)
                 || idle_since.get_or_insert_with(Instant::now).elapsed() < self.settings.spin;
@@ -851,9 +887,82 @@ impl Engine {
                 }
                 continue;
             }
+            self.bulk_asleep = bulk;
             self.progress_once(100)?;
             idle_since = None;
             idle_rounds = 0;
+            asleep = bulk;
+            self.bulk_asleep = asleep;
+        }
+    }
+
+    /// Bulk bytes in flight when only sockets carry them (shared memory has no socket buffer
+    /// to absorb a wakeup); 0 otherwise.
+    fn queued_bulk(&self) -> usize {
+        if self.polled.is_empty() {
+            self.core.bulk_bytes()
+        } else {
+            0
+        }
+    }
+
+    /// Bulk bytes that justify raised TCP_NOTSENT_LOWAT marks (see [`BULK_LOWAT_QUEUE`]).
+    fn lowat_threshold(&self) -> usize {
+        let raised = self.settings.notsent_lowat as usize * BULK_LOWAT_FACTOR as usize;
+        self.sockets.len().max(1) * BULK_LOWAT_QUEUE * raised
+    }
+
+    /// A rail's socket is full: raise its TCP_NOTSENT_LOWAT while much bulk data is queued, set
+    /// it back once little is. Called only then (once per socket-full, not per write), so the
+    /// bulk sum it takes costs little.
+    fn tune_lowat(&mut self, peer: Rank, rail: usize) {
+        let base = self.settings.notsent_lowat;
+        if base == 0 {
+            return;
+        }
+        let raise = self.core.bulk_bytes() >= self.lowat_threshold();
+        let Some(r) = self.peers[peer as usize].rails.get_mut(rail) else {
+            return;
+        };
+        if r.lowat_raised == raise {
+            return;
+        }
+        let Some(link) = r.link.as_ref() else {
+            return;
+        };
+        let mark = if raise {
+            base.saturating_mul(BULK_LOWAT_FACTOR)
+        } else {
+            base
+        };
+        // Not a TCP socket (a test's socket pair): it keeps what it has.
+        if tcp::set_notsent_lowat(link.fd(), mark).is_ok() {
+            r.lowat_raised = raise;
+            if raise {
+                self.raised_lowat += 1;
+            } else {
+                self.raised_lowat -= 1;
+            }
+        }
+    }
+
+    /// Sets raised TCP_NOTSENT_LOWAT marks back once less than their threshold is queued.
+    fn lower_lowats_below(&mut self, queued: usize) {
+        if self.raised_lowat == 0 || queued >= self.lowat_threshold() {
+            return;
+        }
+        let base = self.settings.notsent_lowat;
+        for i in 0..self.sockets.len() {
+            let (p, rail) = self.sockets[i];
+            let r = &mut self.peers[p as usize].rails[rail];
+            if !r.lowat_raised {
+                continue;
+            }
+            if let Some(link) = r.link.as_ref() {
+                let _ = tcp::set_notsent_lowat(link.fd(), base);
+            }
+            r.lowat_raised = false;
+            self.raised_lowat -= 1;
         }
     }
 
@@ -898,13 +1007,19 @@ impl Engine {
         // look after a few idle rounds, which also lets a reply that is on its way come in.
         self.idle_polls = self.idle_polls.wrapping_add(1);
         let wait = self.settings.bulk_wait;
-        if !wait.is_zero()
-            && self.idle_polls.is_multiple_of(8)
-            && self.polled.is_empty()
-            && self.core.bulk_bytes() >= BULK_SLEEP
-        {
-            let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-            self.progress_once(ms)?;
+        if !wait.is_zero() && self.idle_polls.is_multiple_of(8) {
+            let queued = self.queued_bulk();
+            self.lower_lowats_below(queued);
+            self.bulk_asleep = queued >= BULK_SLEEP;
+            if queued >= BULK_SLEEP {
+                let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                // Woken by data (not the timeout): more is on its way, so the next idle call
+                // waits again at once rather than after another 7 polls (each a recv or an
+                // epoll_wait that finds nothing on a wire-limited rail).
+                if self.progress_once(ms)? > 0 {
+                    self.idle_polls = 7;
+                }
+            }
         }
         // No arming of shared-memory links here: that costs two syscalls per link (and the
         // peer one per message), and a caller that polls in a loop does not sleep on the fd.
@@ -1167,11 +1282,17 @@ impl Engine {
                     made += 1;
                     if full {
                         self.peers[p].rails[rail].blocked = true;
+                        if !blocked {
+                            self.rail_full(peer, rail);
+                        }
                         return made;
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     self.peers[p].rails[rail].blocked = true;
+                    if !blocked {
+                        self.rail_full(peer, rail);
+                    }
                     return made;
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -1185,6 +1306,17 @@ impl Engine {
                     return made;
                 }
             }
+        }
+    }
+
+    /// A socket rail stopped taking data (it waits for EPOLLOUT now).
+    fn rail_full(&mut self, peer: Rank, rail: usize) {
+        let polled = self.peers[peer as usize].rails[rail]
+            .link
+            .as_ref()
+            .is_none_or(|l| l.polled());
+        if !polled {
+            self.tune_lowat(peer, rail);
         }
     }
 
@@ -1278,10 +1410,14 @@ impl Engine {
                         self.trace_parsed(peer, rail);
                     }
                     if n < want && !to_end {
+                        self.tune_rcvlowat(peer, rail);
                         return total;
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return total,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.tune_rcvlowat(peer, rail);
+                    return total;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
                     let by_peer = e.kind() == ErrorKind::ConnectionReset;
@@ -1289,6 +1425,39 @@ impl Engine {
                     return total;
                 }
             }
+        }
+    }
+
+    /// The socket of `rail` to `peer` is drained: let epoll report it readable once the rest of a
+    /// large payload is there (all of it is on its way: the sender wrote its header), or at the
+    /// first byte otherwise. A nonblocking read (spinning) still takes whatever has come.
+    ///
+    /// Only while the engine sleeps for bulk data: a spinning engine reads without epoll and
+    /// would pay a setsockopt per read for nothing; it only lowers a mark that has become larger
+    /// than what is left (which would never be reached).
+    fn tune_rcvlowat(&mut self, peer: Rank, rail: usize) {
+        let Some(r) = self.peers[peer as usize].rails.get(rail) else {
+            return;
+        };
+        if r.rcvlowat == 0 && !self.bulk_asleep {
+            return;
+        }
+        let left = self.core.rx_payload_left(peer, rail);
+        let mark = if self.bulk_asleep && left >= RCVLOWAT_MIN {
+            left.min(RCVLOWAT_MAX) as u32
+        } else {
+            0
+        };
+        let r = &mut self.peers[peer as usize].rails[rail];
+        if r.rcvlowat == mark || (!self.bulk_asleep && r.rcvlowat as usize <= left) {
+            return;
+        }
+        let Some(link) = r.link.as_ref().filter(|l| !l.polled()) else {
+            return;
+        };
+        // Set to exactly the rest of the payload: the wakeup comes with its last byte.
+        if tcp::set_rcvlowat(link.fd(), mark.max(1)).is_ok() {
+            r.rcvlowat = mark;
         }
     }
 
@@ -1312,6 +1481,9 @@ impl Engine {
             self.sockets.retain(|&pr| pr != (peer, rail));
         }
         drop(link);
+        if std::mem::take(&mut self.peers[p].rails[rail].lowat_raised) {
+            self.raised_lowat -= 1;
+        }
         let label = self.peers[p].rails[rail].label.clone();
         let whoami = self.whoami();
         if self.core.bye_received(peer, rail) || self.finalizing {

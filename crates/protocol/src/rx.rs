@@ -136,6 +136,18 @@ impl<B: Buffer> Core<B> {
         &mut rx.stage[rx.end..]
     }
 
+    /// Bytes of the payload being read on `rail` of `peer` that are still to come straight into
+    /// its destination (0 between frames, or while bytes wait in the stage). The sender has put
+    /// them on this rail's stream already (a frame's bytes are contiguous there), so a driver may
+    /// sleep until that many are readable.
+    pub fn rx_payload_left(&self, peer: Rank, rail: usize) -> usize {
+        let rx = &self.peers[peer as usize].rails[rail].rx;
+        match rx.cur {
+            Some(p) if rx.start == rx.end && p.dest != Dest::Discard => p.remaining,
+            _ => 0,
+        }
+    }
+
     /// `n` bytes were read into the slice [`rx_space`](Self::rx_space) gave. Parses them. An
     /// error means the rail's stream is corrupt: the driver should close it.
     pub fn rx_done(&mut self, peer: Rank, rail: usize, n: usize) -> Result<(), ProtoError> {

@@ -124,6 +124,42 @@ pub fn tune(stream: &TcpStream, opts: &RailOptions) -> io::Result<()> {
     stream.set_nonblocking(true)
 }
 
+/// Changes a connected rail socket's TCP_NOTSENT_LOWAT (see [`RailOptions::notsent_lowat`]).
+/// The engine raises it while much bulk data is queued, so that a sender wakes once per
+/// `bytes / 2` drained rather than once per default low-water mark, and lowers it again for
+/// the tail of a transfer. Fails (EOPNOTSUPP) on anything but a TCP socket.
+pub fn set_notsent_lowat(fd: RawFd, bytes: u32) -> io::Result<()> {
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, bytes)
+}
+
+/// Sets a rail socket's SO_RCVLOWAT: epoll reports it readable only once `bytes` are there (or
+/// the peer closed, or the receive buffer is under pressure). The engine raises it while the
+/// rest of a large payload is on its way, so that a sleeping receiver wakes once for it rather
+/// than once per burst of segments; a nonblocking read still returns whatever is there.
+/// Linux caps it at half the largest receive buffer.
+pub fn set_rcvlowat(fd: RawFd, bytes: u32) -> io::Result<()> {
+    set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes.max(1))
+}
+
+fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: u32) -> io::Result<()> {
+    let v = value.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: a plain setsockopt on a descriptor the caller holds open, with a c_int value.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Sets the rail's TCP congestion control (TCP_CONGESTION) to `name`, e.g. `cubic`. Fails with
 /// ENOENT when the kernel has no such algorithm and EPERM when an unprivileged process asks for one
 /// outside net.ipv4.tcp_allowed_congestion_control; the socket keeps its algorithm then.
@@ -211,6 +247,28 @@ impl Link for TcpLink {
 mod tests {
     use super::*;
     use nix::sys::socket::getsockopt;
+
+    #[test]
+    fn set_notsent_lowat_changes_the_mark_and_fails_on_other_sockets() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        set_notsent_lowat(c.as_raw_fd(), 1 << 20).unwrap();
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt into a c_int on an open socket.
+        let r = unsafe {
+            libc::getsockopt(
+                c.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!((r, v), (0, 1 << 20));
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(set_notsent_lowat(a.as_raw_fd(), 1 << 20).is_err());
+    }
 
     #[test]
     fn set_congestion_switches_the_algorithm_or_says_why_not() {
