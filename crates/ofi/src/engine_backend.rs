@@ -127,6 +127,16 @@ fn management_address(get: &dyn Fn(&str) -> Option<String>) -> Option<Ipv4Addr> 
     None
 }
 
+/// A setting as given, else the provider's own default (crate::settings::PROVIDER_DEFAULTS)
+/// where neither HX_<NAME> nor FI_HXCOMM_<NAME> is set (an empty value counts as unset).
+fn with_provider_default(get: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    get(name).filter(|v| !v.is_empty()).or_else(|| {
+        name.strip_prefix("HX_")
+            .and_then(crate::settings::provider_default)
+            .map(str::to_string)
+    })
+}
+
 impl EngineBackend {
     fn eng(&self) -> &Engine {
         self.engine.as_ref().expect("engine present until drop")
@@ -144,7 +154,8 @@ impl EngineBackend {
                 .map(|(_, v)| v.clone())
                 .or_else(|| std::env::var(name).ok())
         };
-        let settings = Settings::from_lookup(&from_cfg).map_err(|e| err(FI_EINVAL, e))?;
+        let with_defaults = |name: &str| with_provider_default(&from_cfg, name);
+        let settings = Settings::from_lookup(&with_defaults).map_err(|e| err(FI_EINVAL, e))?;
         let secret = job_secret(&from_cfg, cfg.auth_key.as_deref())?;
         hx_engine::init_logging();
         let mut engine = Engine::open(settings, secret, management_address(&from_cfg))
@@ -609,6 +620,22 @@ pub fn resolve(node: &str, service: &str) -> Result<[u8; NAME_LEN], BackendError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provider_defaults_under_the_settings_given() {
+        let none = |_: &str| None::<String>;
+        let s = Settings::from_lookup(&|n: &str| with_provider_default(&none, n)).unwrap();
+        assert_eq!(s.bulk_wait, Duration::from_millis(5));
+        let given = |n: &str| (n == "HX_BULK_WAIT_US").then(|| "2000".to_string());
+        let s = Settings::from_lookup(&|n: &str| with_provider_default(&given, n)).unwrap();
+        assert_eq!(s.bulk_wait, Duration::from_millis(2));
+        let empty = |n: &str| (n == "HX_BULK_WAIT_US").then(String::new);
+        assert_eq!(
+            with_provider_default(&empty, "HX_BULK_WAIT_US").as_deref(),
+            Some("5000")
+        );
+        assert_eq!(with_provider_default(&none, "HX_POLICY"), None);
+    }
 
     #[test]
     fn secret_sources_in_order() {

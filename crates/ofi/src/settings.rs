@@ -4,6 +4,26 @@
 /// Engine settings that mean nothing under the provider (the launcher's own).
 const LAUNCHER_ONLY: &[&str] = &["BOOTSTRAP_TIMEOUT", "JOB_TIMEOUT", "LOG"];
 
+/// Defaults the provider gives the engine where the engine's own differ: (name, value).
+///
+/// BULK_WAIT_US: a CQ read that finds nothing to do while bulk data is in flight waits this long
+/// in epoll (any socket event ends the wait). Open MPI reads the CQ in a loop while it waits, and
+/// with 1 ms most waits on a wire-limited rail ended by the timeout (a sender's socket has room
+/// again every ~1 MiB, a receiver's payload wakes it per chunk: 9-35 ms at 1 Gbit/s), each
+/// followed by 7 polling rounds: 4 MiB one way over one 1 Gbit/s rail cost 1.4-1.5x iperf3's
+/// CPU per GB against the native API's 0.9x. 5 ms: 1.07x (10 ms 1.03x, 20 ms 1.04x; BENCHMARKS.md
+/// "MPI over hxcomm"); a caller that computes between reads may wait that long for an idle
+/// read, and with FI_THREAD_SAFE another thread's call for the domain.
+pub const PROVIDER_DEFAULTS: &[(&str, &str)] = &[("BULK_WAIT_US", "5000")];
+
+/// The provider's default for engine setting `name` (without the HX_ prefix), if it has its own.
+pub fn provider_default(name: &str) -> Option<&'static str> {
+    PROVIDER_DEFAULTS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| *v)
+}
+
 /// (parameter name as given to fi_param_define, meaning with its default): the engine's list
 /// (hx_engine::info::SETTINGS, which `hxcomm info` prints) and the job secret. The libfabric
 /// variable is `FI_HXCOMM_<NAME>`, the engine's is `HX_<NAME>`.
@@ -12,6 +32,7 @@ pub fn settings() -> Vec<(String, String)> {
         .iter()
         .filter(|(name, _, _)| !LAUNCHER_ONLY.contains(name))
         .map(|(name, default, meaning)| {
+            let default = provider_default(name).unwrap_or(default);
             (
                 name.to_ascii_lowercase(),
                 format!("{meaning} (default {default})"),
@@ -136,7 +157,9 @@ mod tests {
         assert!(all.iter().any(|(n, _)| n == "links_per_dim"));
         assert!(all
             .iter()
-            .any(|(n, m)| n == "bulk_wait_us" && m.ends_with("(default 1000)")));
+            .any(|(n, m)| n == "bulk_wait_us" && m.ends_with("(default 5000)")));
+        assert_eq!(provider_default("bulk_wait_us"), Some("5000"));
+        assert_eq!(provider_default("POLICY"), None);
         assert_eq!(fi_var("job_secret"), "FI_HXCOMM_JOB_SECRET");
         assert!(help("policy", "x").starts_with("Another name for HX_POLICY"));
     }
