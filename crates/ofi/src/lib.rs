@@ -15,6 +15,7 @@ mod eq;
 mod fabric;
 pub mod hints;
 pub mod info;
+pub mod kallsyms;
 pub mod mock;
 pub mod settings;
 pub mod sys;
@@ -46,6 +47,8 @@ pub(crate) fn provider() -> *mut fi_provider {
 #[no_mangle]
 pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
     guard(std::ptr::null_mut(), || {
+        // Before libfabric runs its built-in providers' inits (see kallsyms.rs).
+        let hidden = kallsyms::skip_verbs_kallsyms();
         for (name, meaning) in settings::settings() {
             let (Ok(n), Ok(h)) = (
                 CString::new(name.as_str()),
@@ -66,6 +69,14 @@ pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
             };
         }
         util::LOADED.store(true, Ordering::Relaxed);
+        if hidden {
+            log(
+                FI_LOG_INFO,
+                FI_LOG_CORE,
+                "hxcomm is the only provider: /proc/kallsyms hidden from libfabric's built-in \
+                 providers' inits (HX_FI_KALLSYMS=keep shows it)",
+            );
+        }
         provider()
     })
 }
