@@ -628,6 +628,15 @@ pub unsafe extern "C" fn hx_write(
         let p = buf_ptr(buf, len, "hx_write")?;
         let tag = send_tag(tag)?;
         let (_, e) = ep_of(ep, "hx_write")?;
+        if !e.ctx.multiple {
+            // Under the lock throughout: the engine's blocking send (a small message to a
+            // shared-memory peer leaves without a request).
+            // SAFETY: the buffer is valid for the call, which returns when it may be reused.
+            let data = unsafe { std::slice::from_raw_parts(p, len) };
+            return with_ep(ep, "hx_write", |id, e| {
+                Ok(e.send(id, target.rank, target.endpoint, tag, data)?)
+            });
+        }
         let rq = with_ep(ep, "hx_write", |id, e| {
             // SAFETY: the buffer is valid for the call, and the call waits for completion.
             Ok(unsafe { e.isend_raw(id, target.rank, target.endpoint, tag, p, len)? })
@@ -653,6 +662,17 @@ pub unsafe extern "C" fn hx_read(
     guard("hx_read", || {
         let p = buf_ptr(buf, cap, "hx_read")?;
         let (_, e) = ep_of(ep, "hx_read")?;
+        if !e.ctx.multiple {
+            // Under the lock throughout: the engine's blocking receive (over shared memory it
+            // takes a small message straight into `buf`, without a request).
+            // SAFETY: the buffer is valid for the call and nobody else's meanwhile.
+            let dst = unsafe { std::slice::from_raw_parts_mut(p, cap) };
+            let r = with_ep(ep, "hx_read", |id, e| {
+                let src = src_opt(source, e.size())?;
+                Ok(e.recv(id, src, tag_opt(tag), dst))
+            })?;
+            return with_status(status, r);
+        }
         let rq = with_ep(ep, "hx_read", |id, e| {
             let src = src_opt(source, e.size())?;
             // SAFETY: the buffer is valid for the call, and the call waits for completion.

@@ -53,6 +53,9 @@ const BULK_LOWAT_FACTOR: u32 = 8;
 /// so that a rail never commits more than a small part of what is left to it (the tail of a
 /// transfer is shared out at the configured mark, by the rails' actual pace).
 const BULK_LOWAT_QUEUE: usize = 4;
+/// Rounds a blocking receive spins on shared memory by itself ([`Engine::recv_express`]) before
+/// it posts a receive and waits as usual: ~10 us, far less than the default spin time.
+const EXPRESS_ROUNDS: u32 = 1024;
 /// A socket rail whose current payload has at least this much still to come is readable only
 /// once all of it (up to [`RCVLOWAT_MAX`]) is there: a receiver asleep on a wire-limited rail
 /// wakes once per chunk instead of once per burst of segments (every ~64 KiB at 1 Gbit/s).
@@ -743,9 +746,75 @@ impl Engine {
         tag: Option<u64>,
         buf: &mut [u8],
     ) -> Result<Status, Error> {
+        if let Some(st) = self.recv_express(ep, src, tag, buf)? {
+            return Ok(st);
+        }
         // SAFETY: as in `send`.
         let req = unsafe { self.irecv_raw(ep, src, tag, buf.as_mut_ptr(), buf.len())? };
         self.wait(req)
+    }
+
+    /// A blocking receive over shared memory spins on the rings itself for a while and takes a
+    /// small message that arrives for it straight into `buf` (Core::rx_express_into): no
+    /// request is posted, matched, completed and released, which was most of a small
+    /// receive's instructions. Anything else that arrives, or nothing within
+    /// [`EXPRESS_ROUNDS`], leaves it to the posted receive (`None`); everything seen
+    /// meanwhile is handled as in [`wait`](Self::wait)'s spinning.
+    fn recv_express(
+        &mut self,
+        ep: EpId,
+        src: Option<Rank>,
+        tag: Option<u64>,
+        buf: &mut [u8],
+    ) -> Result<Option<Status>, Error> {
+        if self.polled.is_empty()
+            || self.settings.spin.is_zero()
+            || self.settings.yield_while_spinning
+            || src.is_some_and(|s| s as usize >= self.peers.len())
+            || !self.core.ep_quiet(ep)
+        {
+            return Ok(None);
+        }
+        self.check_ep(ep)?;
+        let filter = Filter::new(src, tag);
+        for round in 1..=EXPRESS_ROUNDS {
+            let mut i = 0;
+            while let Some(&(p, r)) = self.polled.get(i) {
+                i += 1;
+                if self.core.tx_pending(p, r) {
+                    self.flush_rail(p, r);
+                }
+                let Some(link) = self.peers[p as usize].rails[r].link.as_mut() else {
+                    continue;
+                };
+                if !link.ready() {
+                    continue;
+                }
+                let Some((n, st)) = link
+                    .peek()
+                    .and_then(|b| self.core.rx_express_into(p, r, b, ep, filter, buf))
+                else {
+                    return Ok(None);
+                };
+                link.consume(n);
+                if hx_transport::trace::active() {
+                    self.trace_parsed(p, r);
+                }
+                // An eager credit may be due.
+                self.flush_dirty();
+                return Ok(Some(st));
+            }
+            if round % 64 == 0 {
+                // Sockets, connections, housekeeping: what a spinning wait would look at.
+                self.progress_once(0)?;
+                if !self.core.ep_quiet(ep) {
+                    return Ok(None);
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(None)
     }
 
     /// Is a message waiting that such a receive would match? Makes progress first.

@@ -262,9 +262,14 @@ impl Filter {
     }
 
     fn takes(&self, u: &Unexp) -> bool {
-        self.src.is_none_or(|s| s == u.src)
-            && self.src_ep.is_none_or(|e| e == u.src_ep)
-            && self.tag.matches(u.tag)
+        self.takes_from(u.src, u.src_ep, u.tag)
+    }
+
+    /// Does it take a message from `src`'s endpoint `src_ep` with `tag`?
+    pub fn takes_from(&self, src: Rank, src_ep: EpId, tag: u64) -> bool {
+        self.src.is_none_or(|s| s == src)
+            && self.src_ep.is_none_or(|e| e == src_ep)
+            && self.tag.matches(tag)
     }
 }
 
@@ -1026,6 +1031,14 @@ impl<B: Buffer> Core<B> {
             Some(req) => self.match_unexp(u, req),
             None => q_push(&mut self.eps, ep, u),
         }
+    }
+
+    /// Nothing is posted or waiting on `ep`: a new receive there would be the first to match
+    /// what arrives next.
+    pub fn ep_quiet(&self, ep: EpId) -> bool {
+        self.eps
+            .get(&ep)
+            .is_none_or(|q| q.posted.is_empty() && q.unexpected.is_empty())
     }
 
     /// Finds and removes the first posted receive on `ep` that matches.

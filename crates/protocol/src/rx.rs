@@ -23,7 +23,7 @@ fn msg_of(peer: crate::Rank, h: &FrameHeader) -> crate::Status {
 
 use crate::core::{Body, ReqKind, Unexp};
 use crate::slab::Handle;
-use crate::{Buffer, Completion, Core, ProtoError, Rank, ReqId};
+use crate::{Buffer, Completion, Core, EpId, Filter, ProtoError, Rank, ReqId};
 
 /// Payloads at least this long are read directly into their destination.
 const DIRECT_MIN: usize = 4096;
@@ -176,28 +176,9 @@ impl<B: Buffer> Core<B> {
     /// frame's length for the driver to consume. `None`: read through `rx_space`/`rx_done`,
     /// which also reports whatever is wrong with the bytes.
     pub fn rx_express(&mut self, peer: Rank, rail: usize, bytes: &[u8]) -> Option<usize> {
-        let p = self.peers.get(peer as usize)?;
-        let rx = &p.rails.get(rail)?.rx;
-        if !p.lossless || rx.start != rx.end || rx.cur.is_some() || !p.reorder.is_empty() {
-            return None;
-        }
-        let (h, hlen) = FrameHeader::parse(bytes).ok()?;
-        let len = h.payload_len as usize;
-        if h.kind != FrameKind::Eager
-            || h.value != len as u64
-            || len > self.cfg.eager_limit
-            || h.seq != p.rx_seq
-            || bytes.len() - hlen < len
-        {
-            return None;
-        }
+        let (h, hlen, len) = self.express_frame(peer, rail, bytes)?;
         let req = self.take_posted(h.dst_ep, peer, h.src_ep, h.tag)?;
-        let p = &mut self.peers[peer as usize];
-        p.rx_seq += 1;
-        if len > 0 {
-            p.rails[rail].rx.bulk = len >= p.rails[rail].rx.stage.len();
-        }
-        self.eager_consumed(peer, len);
+        self.express_taken(peer, rail, len);
         // What set_matched, write_dest and payload_complete do for a whole eager payload
         // (a lossless peer counts no frames for acknowledgement).
         if let Some(r) = self.reqs.get_mut(req) {
@@ -218,6 +199,71 @@ impl<B: Buffer> Core<B> {
             }
         }
         Some(hlen + len)
+    }
+
+    /// The express path of a blocking receive that has posted nothing: if `bytes` start with a
+    /// whole eager frame that [`rx_express`](Self::rx_express) could take, addressed to `ep`,
+    /// taken by `filter` and fitting in `buf`, while `ep` has no posted receive (which would
+    /// come first) and no unexpected message (which an equal receive would take first), the
+    /// payload is copied into `buf` and the frame's length and the message's status returned.
+    /// No request exists for it at any point. `None`: post a receive as usual.
+    pub fn rx_express_into(
+        &mut self,
+        peer: Rank,
+        rail: usize,
+        bytes: &[u8],
+        ep: EpId,
+        filter: Filter,
+        buf: &mut [u8],
+    ) -> Option<(usize, crate::Status)> {
+        let (h, hlen, len) = self.express_frame(peer, rail, bytes)?;
+        if h.dst_ep != ep
+            || len > buf.len()
+            || !filter.takes_from(peer, h.src_ep, h.tag)
+            || !self.ep_quiet(ep)
+        {
+            return None;
+        }
+        self.express_taken(peer, rail, len);
+        buf[..len].copy_from_slice(&bytes[hlen..hlen + len]);
+        Some((hlen + len, msg_of(peer, &h)))
+    }
+
+    /// The frame at the start of `bytes`, if an express path may take it in place: a whole
+    /// eager frame, next in sequence from a lossless peer with nothing staged or out of order.
+    /// Its header, the header's length and the payload's.
+    fn express_frame(
+        &self,
+        peer: Rank,
+        rail: usize,
+        bytes: &[u8],
+    ) -> Option<(FrameHeader, usize, usize)> {
+        let p = self.peers.get(peer as usize)?;
+        let rx = &p.rails.get(rail)?.rx;
+        if !p.lossless || rx.start != rx.end || rx.cur.is_some() || !p.reorder.is_empty() {
+            return None;
+        }
+        let (h, hlen) = FrameHeader::parse(bytes).ok()?;
+        let len = h.payload_len as usize;
+        if h.kind != FrameKind::Eager
+            || h.value != len as u64
+            || len > self.cfg.eager_limit
+            || h.seq != p.rx_seq
+            || bytes.len() - hlen < len
+        {
+            return None;
+        }
+        Some((h, hlen, len))
+    }
+
+    /// The state changes of receiving an express frame of `len` payload bytes.
+    fn express_taken(&mut self, peer: Rank, rail: usize, len: usize) {
+        let p = &mut self.peers[peer as usize];
+        p.rx_seq += 1;
+        if len > 0 {
+            p.rails[rail].rx.bulk = len >= p.rails[rail].rx.stage.len();
+        }
+        self.eager_consumed(peer, len);
     }
 
     fn parse(&mut self, peer: Rank, rail: usize) -> Result<(), ProtoError> {

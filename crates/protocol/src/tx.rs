@@ -860,6 +860,61 @@ mod inline_tests {
         assert!(a.inline_start(1, 0, 0, 9, None, 1).is_some());
     }
 
+    /// The frame of an inline send of `body` from `a` to rank 1 with `tag`.
+    fn inline_frame(a: &mut Core<Vec<u8>>, tag: u64, body: &[u8]) -> Vec<u8> {
+        let (rail, hdr) = a.inline_start(1, 0, 0, tag, None, body.len()).unwrap();
+        let mut frame = hdr.to_vec();
+        frame.extend_from_slice(body);
+        a.inline_written(1, rail, &hdr, body, frame.len());
+        frame
+    }
+
+    #[test]
+    fn a_blocking_receive_takes_an_express_frame_only_when_it_would_match_first() {
+        let (mut a, mut b) = pair();
+        let any = crate::Filter::new(None, None);
+        let mut buf = [0u8; 8];
+        // Taken in place: status, payload, and the next frame's sequence expected.
+        let f = inline_frame(&mut a, 5, b"abc");
+        let (n, st) = b.rx_express_into(0, 0, &f, 0, any, &mut buf).unwrap();
+        assert_eq!((n, st.source, st.tag, st.len), (f.len(), 0, 5, 3));
+        assert_eq!(&buf[..3], b"abc");
+        // Not for it: another endpoint, another tag or source, too long for the buffer, or
+        // only part of the frame there. Nothing changes.
+        let f = inline_frame(&mut a, 6, b"defg");
+        assert!(b.rx_express_into(0, 0, &f, 1, any, &mut buf).is_none());
+        let tag5 = crate::Filter::new(None, Some(5));
+        assert!(b.rx_express_into(0, 0, &f, 0, tag5, &mut buf).is_none());
+        let from1 = crate::Filter::new(Some(1), None);
+        assert!(b.rx_express_into(0, 0, &f, 0, from1, &mut buf).is_none());
+        assert!(b.rx_express_into(0, 0, &f, 0, any, &mut buf[..3]).is_none());
+        assert!(b
+            .rx_express_into(0, 0, &f[..f.len() - 1], 0, any, &mut buf)
+            .is_none());
+        // A posted receive on the endpoint comes first: left to it.
+        let r = b.recv(0, None, None, vec![0; 8]).unwrap();
+        assert!(b.rx_express_into(0, 0, &f, 0, any, &mut buf).is_none());
+        deliver(&mut b, &f);
+        let (Completion::Done(st), got) = b.take(r).unwrap() else {
+            panic!("posted receive not done");
+        };
+        assert_eq!((st.tag, &got[..4]), (6, &b"defg"[..]));
+        // A message already waiting on the endpoint comes first too.
+        let f = inline_frame(&mut a, 7, b"h");
+        deliver(&mut b, &f);
+        let g = inline_frame(&mut a, 8, b"i");
+        assert!(b.rx_express_into(0, 0, &g, 0, any, &mut buf).is_none());
+        let r = b.recv(0, None, None, vec![0; 8]).unwrap();
+        assert!(matches!(b.take(r), Some((Completion::Done(st), _)) if st.tag == 7));
+        let (_, st) = b.rx_express_into(0, 0, &g, 0, any, &mut buf).unwrap();
+        assert_eq!((st.tag, buf[0]), (8, b'i'));
+        // Over a lossy link, never (acknowledgements and resends need the parser).
+        b.set_lossless(0, false);
+        a.set_lossless(1, false);
+        let f = inline_frame(&mut a, 9, b"j");
+        assert!(b.rx_express_into(0, 0, &f, 0, any, &mut buf).is_none());
+    }
+
     #[test]
     fn over_a_lossy_rail_an_inline_send_is_kept_until_acknowledged() {
         let (mut a, mut b) = pair();
