@@ -22,7 +22,8 @@ rails=${RAILS:-1}
 rate=${RATE:-1gbit}
 secs=${SECONDS_PER_RUN:-5}
 name=hxcpu
-B=${builds[0]#*:}/hxcomm
+first=${builds[0]#*:}
+B=${first%%:*}/hxcomm
 out=$(mktemp -d /tmp/mpi_cpu.XXXXXX)
 $B net up --name $name --hosts 2 --rails "$rails" --rate "$rate" >/dev/null || exit 1
 [ "${KEEP:-0}" = 1 ] || trap '$B net down --name $name >/dev/null' EXIT
