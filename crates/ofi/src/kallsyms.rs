@@ -4,8 +4,9 @@
 //! `*_INIT` and then `ofi_register_provider`, which applies the filter). Debian's build has the
 //! verbs provider built in, and its init (prov/verbs/src/fi_verbs.c, `vrb_os_mem_support`) reads
 //! all of `/proc/kallsyms` twice, looking for the peer-memory and dma-buf symbols: ~50 ms of
-//! kernel time each on this kernel, 6.4 CPU-s for 64 ranks, half of Open MPI + hxcomm's start on
-//! 2 cores (3 s of the 7 s of MPI_Init measured for 64 ranks).
+//! kernel time each on this kernel, 6.4 CPU-s for 64 ranks (35% of all CPU of a 64-rank start on
+//! 2 cores; hidden, the slowest MPI_Init went from 6.55 to 2.54 s: BENCHMARKS.md, "64 ranks
+//! again").
 //!
 //! libfabric loads the providers in FI_PROVIDER_PATH (and its provider directory) before it runs
 //! the built-in inits (`ofi_load_dl_prov` comes first in `fi_ini`), so `fi_prov_ini` is early
