@@ -767,10 +767,16 @@ impl Engine {
         tag: Option<u64>,
         buf: &mut [u8],
     ) -> Result<Option<Status>, Error> {
-        if self.polled.is_empty()
+        // Sockets are looked at only every 64th engine round while shared memory spins: a
+        // receive that a socket rail may serve does not take this path.
+        let from_shm = match src {
+            Some(s) => self.peers.get(s as usize).is_some_and(|p| p.shm),
+            None => self.sockets.is_empty(),
+        };
+        if !from_shm
+            || self.polled.is_empty()
             || self.settings.spin.is_zero()
             || self.settings.yield_while_spinning
-            || src.is_some_and(|s| s as usize >= self.peers.len())
             || !self.core.ep_quiet(ep)
         {
             return Ok(None);

@@ -430,6 +430,17 @@ impl ShmLink {
     }
 
     /// Hands what we have read back to the writer, waking it if it sleeps waiting for room.
+    /// After an in-place read: publishes the tail only once a quarter of the ring has been read
+    /// since it last did. The rest waits for a poll that finds the ring empty (ready, peek), a
+    /// staging read, or arm before sleeping, so the reader of a small message pays no fence
+    /// (the wakeup check) between reading it and answering it; a writer short of room meanwhile
+    /// retries, and the reader publishes at the latest when it runs dry.
+    fn publish_tail_lazily(&mut self) {
+        if self.rx_tail.wrapping_sub(self.rx_tail_published) >= self.cap / 4 {
+            self.publish_tail();
+        }
+    }
+
     fn publish_tail(&mut self) {
         if self.rx_tail != self.rx_tail_published {
             self.rx_tail_published = self.rx_tail;
@@ -556,11 +567,17 @@ impl Link for ShmLink {
         }
         // A nonzero header is checked for sanity by read().
         let off = (self.rx_tail & (self.cap - 1)) as usize;
-        self.rx_word(off).load(Ordering::Relaxed) != 0 || self.peer_closed() || self.peer_dead
+        let ready =
+            self.rx_word(off).load(Ordering::Relaxed) != 0 || self.peer_closed() || self.peer_dead;
+        if !ready {
+            self.publish_tail();
+        }
+        ready
     }
 
     fn peek(&mut self) -> Option<&[u8]> {
         if !self.next_record().ok()? {
+            self.publish_tail();
             return None;
         }
         let off = (self.rx_tail & (self.cap - 1)) as usize;
@@ -574,7 +591,7 @@ impl Link for ShmLink {
     fn consume(&mut self, n: usize) {
         let n = n.min(self.rx_left);
         self.advance(n);
-        self.publish_tail();
+        self.publish_tail_lazily();
         if let Some(t) = self.trace.as_deref_mut() {
             t.read(0, None, crate::trace::now_ns(), n);
         }
@@ -735,6 +752,8 @@ impl Link for ShmLink {
     }
 
     fn arm(&mut self) -> bool {
+        // A sleeping reader must have handed back everything it read (the writer may wait).
+        self.publish_tail();
         drain(&self.my_efd);
         self.check_socket();
         if self.peer_dead {
