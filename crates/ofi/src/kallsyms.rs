@@ -212,6 +212,38 @@ mod imp {
         !h.is_null()
     }
 
+    /// The protection of the mapping that holds `addr`, from /proc/self/maps (read with
+    /// open(2), not through the slot being patched).
+    pub(super) fn protection(addr: usize) -> Option<c_int> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        maps.lines().find_map(|line| {
+            let (range, rest) = line.split_once(' ')?;
+            let (lo, hi) = range.split_once('-')?;
+            let (lo, hi) = (
+                usize::from_str_radix(lo, 16).ok()?,
+                usize::from_str_radix(hi, 16).ok()?,
+            );
+            if !(lo..hi).contains(&addr) {
+                return None;
+            }
+            let perms = rest.as_bytes();
+            let mut prot = libc::PROT_NONE;
+            for (i, (c, bit)) in [
+                (b'r', libc::PROT_READ),
+                (b'w', libc::PROT_WRITE),
+                (b'x', libc::PROT_EXEC),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                if perms.get(i) == Some(&c) {
+                    prot |= bit;
+                }
+            }
+            Some(prot)
+        })
+    }
+
     pub unsafe fn patch() -> bool {
         let mut found: Option<Found> = None;
         libc::dl_iterate_phdr(Some(each), &mut found as *mut Option<Found> as *mut c_void);
@@ -231,20 +263,23 @@ mod imp {
                 continue;
             }
             let start = (slot as usize) & !(page - 1);
-            // The slot is in libfabric's RELRO (read-only after relocation): open it for the
-            // write, then close it again.
             let span = (slot as usize + std::mem::size_of::<usize>()).div_ceil(page) * page - start;
-            if libc::mprotect(
-                start as *mut c_void,
-                span,
-                libc::PROT_READ | libc::PROT_WRITE,
-            ) != 0
+            // With full RELRO (Debian) the slot is read-only after relocation: open it for the
+            // write, then give it back exactly the protection it had. A lazily bound GOT
+            // (partial RELRO) stays writable: the loader still writes to it.
+            let Some(prot) = protection(slot as usize) else {
+                continue;
+            };
+            if prot & libc::PROT_WRITE == 0
+                && libc::mprotect(start as *mut c_void, span, prot | libc::PROT_WRITE) != 0
             {
                 continue;
             }
             REAL_FOPEN.store(current, Ordering::Release);
             slot.write_volatile(fopen_filter as FopenFn as usize);
-            libc::mprotect(start as *mut c_void, span, libc::PROT_READ);
+            if prot & libc::PROT_WRITE == 0 {
+                libc::mprotect(start as *mut c_void, span, prot);
+            }
             done = true;
         }
         done
@@ -288,6 +323,24 @@ mod tests {
             ("FI_PROVIDER", "hxcomm"),
             ("HX_FI_KALLSYMS", "keep")
         ])));
+    }
+
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn a_mappings_protection_is_read_from_the_maps() {
+        static RO: u8 = 1;
+        let mut rw = 0u8;
+        let code = the_filter_answers_enoent_for_kallsyms_only as fn() as usize;
+        assert_eq!(
+            imp::protection(&RO as *const u8 as usize).map(|p| p & libc::PROT_WRITE),
+            Some(0)
+        );
+        assert_eq!(
+            imp::protection(&mut rw as *mut u8 as usize),
+            Some(libc::PROT_READ | libc::PROT_WRITE)
+        );
+        assert!(imp::protection(code).is_some_and(|p| p & libc::PROT_EXEC != 0));
+        assert_eq!(imp::protection(0), None);
     }
 
     #[test]
