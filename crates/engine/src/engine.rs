@@ -565,6 +565,23 @@ impl Engine {
         Ok(Request(req))
     }
 
+    /// Sends a small message at once if it can leave without a request (see `send_inline`:
+    /// a peer with nothing queued; over shared memory straight into the ring): true if it did
+    /// (it is on its way, or queued as a copy; nothing is ever reported about it). False:
+    /// nothing happened, use [`isend_with`](Self::isend_with).
+    pub fn send_now(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<bool, Error> {
+        self.check_ep(ep)?;
+        Ok(self.send_inline(ep, dst, dst_ep, tag, data, payload))
+    }
+
     /// A small message to a shared-memory peer with nothing queued goes straight into the ring
     /// (no request, queue or flush: most of a small send's instructions). False if it must take
     /// the queued path; true if it left (or, the ring being full, was queued as a copy).

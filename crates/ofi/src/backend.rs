@@ -121,6 +121,12 @@ pub trait Backend: Send {
         // SAFETY: an owned buffer has no lifetime to keep.
         unsafe { self.send(to, SendBuf::Owned(copy)) }.map(Some)
     }
+    /// fi_inject* without the copy: sends `data` at once if it can leave without being
+    /// tracked (a small message to a peer with nothing queued); true if it did, as if
+    /// [`inject`](Self::inject)ed. False: nothing happened, inject a copy.
+    fn inject_now(&mut self, _to: &SendTo, _data: &[u8]) -> Result<bool, BackendError> {
+        Ok(false)
+    }
     /// # Safety
     /// A Borrowed buffer stays valid until the op completes.
     unsafe fn send(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError>;

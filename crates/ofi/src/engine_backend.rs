@@ -321,6 +321,21 @@ impl Backend for EngineBackend {
         Ok(Some(self.track(req, SEND_OP)))
     }
 
+    fn inject_now(&mut self, to: &SendTo, data: &[u8]) -> Result<bool, BackendError> {
+        let (rank, k) = self.peer(to.peer)?;
+        let tag = if to.tagged { to.tag } else { 0 };
+        self.eng_mut()
+            .send_now(
+                engine_eps(to.ep, to.tagged),
+                rank,
+                engine_eps(k, to.tagged),
+                tag,
+                to.data,
+                data,
+            )
+            .map_err(|e| err(FI_EINVAL, e))
+    }
+
     unsafe fn recv(
         &mut self,
         ep: u16,

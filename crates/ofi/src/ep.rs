@@ -371,8 +371,20 @@ impl EpObj {
         };
         if a.inject {
             // fi_inject*: no completion, ever; the backend forgets it once it is written.
-            let copy = copy();
             let mut st = lock(&self.d.state);
+            let data = if a.len == 0 {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(a.buf, a.len)
+            };
+            // Most small injects leave at once: no copy, nothing to track.
+            if st.backend.inject_now(&to, data).map_err(|e| {
+                warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
+                e.errno
+            })? {
+                return Ok(0);
+            }
+            let copy = copy();
             let op = st.backend.inject(to, copy).map_err(|e| {
                 warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
                 e.errno
