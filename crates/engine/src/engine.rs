@@ -56,6 +56,8 @@ const BULK_LOWAT_QUEUE: usize = 4;
 /// Rounds a blocking receive spins on shared memory by itself ([`Engine::recv_express`]) before
 /// it posts a receive and waits as usual: ~10 us, far less than the default spin time.
 const EXPRESS_ROUNDS: u32 = 1024;
+/// With a spin time shorter than this (HX_SPIN_US), receives do not spin by themselves.
+const EXPRESS_MIN_SPIN: Duration = Duration::from_micros(20);
 /// A socket rail whose current payload has at least this much still to come is readable only
 /// once all of it (up to [`RCVLOWAT_MAX`]) is there: a receiver asleep on a wire-limited rail
 /// wakes once per chunk instead of once per burst of segments (every ~64 KiB at 1 Gbit/s).
@@ -121,6 +123,8 @@ pub struct Engine {
     rounds: u32,
     /// Consecutive idle rounds of [`progress_polled`](Self::progress_polled).
     idle_polls: u32,
+    /// Blocking receives that tried the express path ([`recv_express`](Self::recv_express)).
+    express_calls: u32,
     /// Socket rails whose TCP_NOTSENT_LOWAT is raised for bulk data ([`tune_lowat`](Self::tune_lowat)).
     pub(crate) raised_lowat: usize,
     /// The engine sleeps in epoll while bulk data comes and goes (rather than spinning): socket
@@ -322,6 +326,7 @@ impl Engine {
             spins: 0,
             rounds: 0,
             idle_polls: 0,
+            express_calls: 0,
             raised_lowat: 0,
             bulk_asleep: false,
             next_housekeeping: Instant::now(),
@@ -787,18 +792,32 @@ impl Engine {
         // Sockets are looked at only every 64th engine round while shared memory spins: a
         // receive that a socket rail may serve does not take this path.
         let from_shm = match src {
-            Some(s) => self.peers.get(s as usize).is_some_and(|p| p.shm),
+            Some(s) => {
+                self.peers.get(s as usize).is_some_and(|p| p.shm)
+                    && self.core.peer_failed(s).is_none()
+            }
             None => self.sockets.is_empty(),
         };
         if !from_shm
             || self.polled.is_empty()
-            || self.settings.spin.is_zero()
+            || self.settings.spin < EXPRESS_MIN_SPIN
             || self.settings.yield_while_spinning
             || !self.core.ep_quiet(ep)
         {
             return Ok(None);
         }
         self.check_ep(ep)?;
+        // A program that only receives this way (a ping-pong over shared memory) makes no
+        // other engine round: every 64th call polls everything else (sockets, connections,
+        // housekeeping) first, so that a rendezvous over a rail or a peer connecting still
+        // progresses.
+        self.express_calls = self.express_calls.wrapping_add(1);
+        if self.express_calls.is_multiple_of(64) {
+            self.progress_everything()?;
+            if !self.core.ep_quiet(ep) {
+                return Ok(None);
+            }
+        }
         let filter = Filter::new(src, tag);
         for round in 1..=EXPRESS_ROUNDS {
             let mut i = 0;
@@ -829,7 +848,7 @@ impl Engine {
             }
             if round % 64 == 0 {
                 // Sockets, connections, housekeeping: what a spinning wait would look at.
-                self.progress_once(0)?;
+                self.progress_everything()?;
                 if !self.core.ep_quiet(ep) {
                     return Ok(None);
                 }
@@ -1117,6 +1136,14 @@ impl Engine {
         // peer one per message), and a caller that polls in a loop does not sleep on the fd.
         // One that is about to sleep calls progress().
         Ok(())
+    }
+
+    /// One nonblocking round that polls epoll too (sockets, connections, housekeeping), which
+    /// a spinning round over shared memory does only every 64th time.
+    fn progress_everything(&mut self) -> Result<usize, Error> {
+        // progress_once counts this round and polls epoll when the count is a multiple of 64.
+        self.spins |= 63;
+        self.progress_once(0)
     }
 
     /// Asks every polled (shared-memory) link to signal its fd when data arrives; false if some

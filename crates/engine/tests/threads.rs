@@ -171,3 +171,50 @@ fn shared_memory_between_threads_of_one_host() {
         }
     });
 }
+
+/// A rank that only receives over shared memory in a tight loop (each receive taken by the
+/// engine's express path, which spins on the rings and makes no other round) still accepts a
+/// third rank's connection, so that rank's blocking send completes and the loop can end.
+#[test]
+fn shared_memory_receive_loop_still_accepts_connections() {
+    let mut s = settings(Policy::Adaptive, 1);
+    s.shm = true;
+    job(3, s, |e| {
+        e.open_endpoint(0).unwrap();
+        let mut b = [0u8; 8];
+        match e.rank() {
+            0 => {
+                let mut rounds = 0u64;
+                loop {
+                    let st = e.recv(0, Some(1), None, &mut b).unwrap();
+                    if st.tag == 1 {
+                        break;
+                    }
+                    rounds += 1;
+                    e.send(0, 1, 0, 0, &rounds.to_le_bytes()).unwrap();
+                }
+                let st = e.recv(0, Some(2), None, &mut b).unwrap();
+                assert_eq!((st.tag, b), (5, *b"from two"));
+            }
+            1 => {
+                // Ping-pong with rank 0 until rank 2, which must first get through to rank 0,
+                // says go.
+                let mut last = 0u64;
+                while e.probe(0, Some(2), None).unwrap().is_none() {
+                    e.send(0, 0, 0, 0, b"ping----").unwrap();
+                    e.recv(0, Some(0), Some(0), &mut b).unwrap();
+                    let n = u64::from_le_bytes(b);
+                    assert_eq!(n, last + 1, "replies in order");
+                    last = n;
+                }
+                e.recv(0, Some(2), None, &mut b).unwrap();
+                e.send(0, 0, 0, 1, b"stop----").unwrap();
+            }
+            _ => {
+                // The first message to rank 0 connects to it.
+                e.send(0, 0, 0, 5, b"from two").unwrap();
+                e.send(0, 1, 0, 5, b"go------").unwrap();
+            }
+        }
+    });
+}
