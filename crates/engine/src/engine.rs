@@ -752,6 +752,15 @@ impl Engine {
     ) -> Result<(), Error> {
         self.check_ep(ep)?;
         if self.send_inline(ep, dst, dst_ep, tag, None, data) {
+            // A write that failed at once (the peer just died) left a copy queued that dies
+            // with the peer: say so, as the request of the queued path would have.
+            if let Some(reason) = self.core.peer_failed(dst) {
+                return Err(hx_protocol::ProtoError::PeerFailed {
+                    peer: dst,
+                    reason: reason.to_string(),
+                }
+                .into());
+            }
             return Ok(());
         }
         // SAFETY: we wait for completion before `data`'s borrow ends; `wait` returns only once

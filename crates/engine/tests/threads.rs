@@ -218,3 +218,37 @@ fn shared_memory_receive_loop_still_accepts_connections() {
         }
     });
 }
+
+/// A blocking send to a shared-memory peer that has just gone (its engine dropped without
+/// finalize) is an error naming it, not a success: the inline path's write fails, and the
+/// copy it queued dies with the peer.
+#[test]
+fn a_blocking_send_to_a_peer_that_just_died_is_an_error() {
+    let mut s = settings(Policy::Adaptive, 1);
+    s.shm = true;
+    let server = KvServer::start("127.0.0.1:0".parse().unwrap(), 2, SECRET).unwrap();
+    let addr: SocketAddr = server.local_addr();
+    let (gone_tx, gone_rx) = std::sync::mpsc::channel::<()>();
+    let s1 = s.clone();
+    let dying = std::thread::spawn(move || {
+        let boot = KvClient::connect(addr, 1, 2, &SECRET).unwrap();
+        let mut e = Engine::with(s1, Box::new(boot), SECRET).unwrap();
+        e.open_endpoint(0).unwrap();
+        let mut b = [0u8; 5];
+        e.recv(0, Some(0), None, &mut b).unwrap();
+        drop(e);
+        gone_tx.send(()).unwrap();
+    });
+    let boot = KvClient::connect(addr, 0, 2, &SECRET).unwrap();
+    let mut e = Engine::with(s, Box::new(boot), SECRET).unwrap();
+    e.open_endpoint(0).unwrap();
+    e.send(0, 1, 0, 1, b"hello").unwrap();
+    gone_rx.recv().unwrap();
+    dying.join().unwrap();
+    let err = e
+        .send(0, 1, 0, 2, b"again")
+        .expect_err("a send to a peer that is gone");
+    assert!(err.to_string().contains("rank 1"), "names the peer: {err}");
+    drop(e);
+    server.shutdown();
+}
