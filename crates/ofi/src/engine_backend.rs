@@ -228,18 +228,21 @@ impl EngineBackend {
     /// # Safety
     /// A `Raw` buffer stays valid until the send completes.
     unsafe fn start_send(&mut self, to: SendTo, buf: EngineBuf) -> Result<Request, BackendError> {
-        let (rank, k) = self.peer(to.peer)?;
-        let tag = if to.tagged { to.tag } else { 0 };
+        let r = self.route(&to)?;
         self.eng_mut()
-            .isend_with(
-                engine_eps(to.ep, to.tagged),
-                rank,
-                engine_eps(k, to.tagged),
-                tag,
-                to.data,
-                buf,
-            )
+            .isend_with(r.ep, r.rank, r.dst_ep, r.tag, to.data, buf)
             .map_err(|e| err(FI_EINVAL, e))
+    }
+
+    /// Where a send goes in the engine's terms: endpoints, rank and tag.
+    fn route(&self, to: &SendTo) -> Result<Route, BackendError> {
+        let (rank, k) = self.peer(to.peer)?;
+        Ok(Route {
+            ep: engine_eps(to.ep, to.tagged),
+            rank,
+            dst_ep: engine_eps(k, to.tagged),
+            tag: if to.tagged { to.tag } else { 0 },
+        })
     }
 
     fn found(&mut self, st: &hx_engine::Status) -> Found {
@@ -250,6 +253,14 @@ impl EngineBackend {
             data: st.data,
         }
     }
+}
+
+/// A send's endpoints, rank and tag in the engine ([`EngineBackend::route`]).
+struct Route {
+    ep: u16,
+    rank: Rank,
+    dst_ep: u16,
+    tag: u64,
 }
 
 /// What a send is tracked as.
@@ -322,17 +333,9 @@ impl Backend for EngineBackend {
     }
 
     fn inject_now(&mut self, to: &SendTo, data: &[u8]) -> Result<bool, BackendError> {
-        let (rank, k) = self.peer(to.peer)?;
-        let tag = if to.tagged { to.tag } else { 0 };
+        let r = self.route(to)?;
         self.eng_mut()
-            .send_now(
-                engine_eps(to.ep, to.tagged),
-                rank,
-                engine_eps(k, to.tagged),
-                tag,
-                to.data,
-                data,
-            )
+            .send_now(r.ep, r.rank, r.dst_ep, r.tag, to.data, data)
             .map_err(|e| err(FI_EINVAL, e))
     }
 
