@@ -77,6 +77,17 @@ impl Request {
     }
 }
 
+/// What one look for an express receive found ([`Engine::try_recv_express`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Express {
+    /// The message, copied into the caller's buffer.
+    Taken(Status),
+    /// Nothing arrived and nothing else is in flight.
+    Empty,
+    /// Something else needs a full engine round.
+    Other,
+}
+
 /// One process's communication engine.
 pub struct Engine {
     pub(crate) core: Core<EngineBuf>,
@@ -714,6 +725,11 @@ impl Engine {
         self.core.track_finished();
     }
 
+    /// Has a request finished since the last [`take_finished`](Self::take_finished)?
+    pub fn has_finished(&self) -> bool {
+        self.core.has_finished()
+    }
+
     /// Requests that finished since the last call (possibly repeated; check with
     /// [`take_request`](Self::take_request)).
     pub fn take_finished(&mut self, out: &mut Vec<Request>) {
@@ -798,24 +814,14 @@ impl Engine {
         tag: Option<u64>,
         buf: &mut [u8],
     ) -> Result<Option<Status>, Error> {
-        // Sockets are looked at only every 64th engine round while shared memory spins: a
-        // receive that a socket rail may serve does not take this path.
-        let from_shm = match src {
-            Some(s) => {
-                self.peers.get(s as usize).is_some_and(|p| p.shm)
-                    && self.core.peer_failed(s).is_none()
-            }
-            None => self.sockets.is_empty(),
-        };
-        if !from_shm
-            || self.polled.is_empty()
-            || self.settings.spin < EXPRESS_MIN_SPIN
+        let filter = Filter::new(src, tag);
+        if self.settings.spin < EXPRESS_MIN_SPIN
             || self.settings.yield_while_spinning
-            || !self.core.ep_quiet(ep)
+            || !self.express_possible(ep, &filter)
         {
+            // (A closed endpoint is refused by the posted receive.)
             return Ok(None);
         }
-        self.check_ep(ep)?;
         // A program that only receives this way (a ping-pong over shared memory) makes no
         // other engine round: every 64th call polls everything else (sockets, connections,
         // housekeeping) first, so that a rendezvous over a rail or a peer connecting still
@@ -827,33 +833,11 @@ impl Engine {
                 return Ok(None);
             }
         }
-        let filter = Filter::new(src, tag);
         for round in 1..=EXPRESS_ROUNDS {
-            let mut i = 0;
-            while let Some(&(p, r)) = self.polled.get(i) {
-                i += 1;
-                if self.core.tx_pending(p, r) {
-                    self.flush_rail(p, r);
-                }
-                let Some(link) = self.peers[p as usize].rails[r].link.as_mut() else {
-                    continue;
-                };
-                if !link.ready() {
-                    continue;
-                }
-                let Some((n, st)) = link
-                    .peek()
-                    .and_then(|b| self.core.rx_express_into(p, r, b, ep, filter, buf))
-                else {
-                    return Ok(None);
-                };
-                link.consume(n);
-                if hx_transport::trace::active() {
-                    self.trace_parsed(p, r);
-                }
-                // An eager credit may be due.
-                self.flush_dirty();
-                return Ok(Some(st));
+            match self.express_pass(ep, filter, buf) {
+                Express::Taken(st) => return Ok(Some(st)),
+                Express::Other => return Ok(None),
+                Express::Empty => {}
             }
             if round % 64 == 0 {
                 // Sockets, connections, housekeeping: what a spinning wait would look at.
@@ -866,6 +850,72 @@ impl Engine {
             }
         }
         Ok(None)
+    }
+
+    /// May a receive on `ep` taking `filter` be served by [`try_recv_express`]
+    /// (Self::try_recv_express) instead of being posted? Only one that shared memory alone
+    /// can answer (sockets are looked at only now and then while shared memory spins: a named
+    /// source on this host, or any source with no socket rail), on an endpoint with nothing
+    /// posted or waiting (which would come first).
+    pub fn express_possible(&self, ep: EpId, filter: &Filter) -> bool {
+        let from_shm = match filter.src {
+            Some(s) => {
+                self.peers.get(s as usize).is_some_and(|p| p.shm)
+                    && self.core.peer_failed(s).is_none()
+            }
+            None => self.sockets.is_empty(),
+        };
+        from_shm
+            && !self.polled.is_empty()
+            && self.core.ep_quiet(ep)
+            && self.endpoints.contains(&ep)
+    }
+
+    /// One look at the shared-memory rings for a receive that has posted nothing: takes a small
+    /// message for `ep` that `filter` takes straight into `buf`, as a blocking receive's
+    /// express path does. For a caller that polls (the libfabric provider's parked receive):
+    /// `Empty` when no ring has anything and the engine has no request in flight, so no engine
+    /// round is owed; `Other` when something else needs a full round ([`progress`]
+    /// (Self::progress) or [`progress_polled`](Self::progress_polled)), after which the
+    /// receive is posted if its endpoint is no longer quiet. The caller still makes a full
+    /// round now and then (sockets, connections, housekeeping).
+    pub fn try_recv_express(&mut self, ep: EpId, filter: Filter, buf: &mut [u8]) -> Express {
+        if self.core.live_requests() > 0 || !self.core.ep_quiet(ep) {
+            return Express::Other;
+        }
+        self.express_pass(ep, filter, buf)
+    }
+
+    /// One pass over the shared-memory rings for an express receive (see
+    /// [`try_recv_express`](Self::try_recv_express)).
+    fn express_pass(&mut self, ep: EpId, filter: Filter, buf: &mut [u8]) -> Express {
+        let mut i = 0;
+        while let Some(&(p, r)) = self.polled.get(i) {
+            i += 1;
+            if self.core.tx_pending(p, r) {
+                self.flush_rail(p, r);
+            }
+            let Some(link) = self.peers[p as usize].rails[r].link.as_mut() else {
+                continue;
+            };
+            if !link.ready() {
+                continue;
+            }
+            let Some((n, st)) = link
+                .peek()
+                .and_then(|b| self.core.rx_express_into(p, r, b, ep, filter, buf))
+            else {
+                return Express::Other;
+            };
+            link.consume(n);
+            if hx_transport::trace::active() {
+                self.trace_parsed(p, r);
+            }
+            // An eager credit may be due.
+            self.flush_dirty();
+            return Express::Taken(st);
+        }
+        Express::Empty
     }
 
     /// Is a message waiting that such a receive would match? Makes progress first.

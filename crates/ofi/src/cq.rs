@@ -147,11 +147,9 @@ impl CqShared {
         // of the sockets; and the read right after one that delivered only collects: in an
         // MPI ping-pong that poll came between a receive's completion and the next send, one
         // epoll_wait per round trip on the critical path. Every other read polls.
-        self.domain.collect()?;
         let delivered_last = self.just_delivered.swap(false, Ordering::Relaxed);
-        if lock(&self.q).entries.is_empty() && !delivered_last {
-            self.domain.progress()?;
-        }
+        self.domain
+            .collect_or_progress(|| !delivered_last && lock(&self.q).entries.is_empty())?;
         let mut q = lock(&self.q);
         q.err_data = None;
         match q.entries.front() {

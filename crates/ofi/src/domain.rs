@@ -77,29 +77,35 @@ impl DomainShared {
     /// Drives the backend and delivers what finished to the CQs. CQ entries are pushed while
     /// the domain lock is held so completions keep the backend's order across threads.
     pub fn progress(&self) -> Result<(), i32> {
-        self.drive(Drive::Poll)
+        self.drive(|b, done| b.progress(done))
     }
 
     /// Progress before sleeping on wait_fd (fi_trywait, fi_cq_sread).
     pub fn progress_to_wait(&self) -> Result<(), i32> {
-        self.drive(Drive::ToWait)
+        self.drive(|b, done| b.progress_to_wait(done))
     }
 
-    /// Delivers what finished without I/O (no syscall): a CQ that then has entries need not
-    /// poll the sockets before returning them.
-    pub fn collect(&self) -> Result<(), i32> {
-        self.drive(Drive::Collect)
+    /// A CQ read's drive, under one lock: delivers what finished without I/O (no syscall: a CQ
+    /// that then has entries need not poll the sockets before returning them) and, if that was
+    /// nothing and `poll()` says so, makes a progress round.
+    pub fn collect_or_progress(&self, poll: impl FnOnce() -> bool) -> Result<(), i32> {
+        self.drive(|b, done| {
+            b.collect(done)?;
+            if done.is_empty() && poll() {
+                b.progress(done)?;
+            }
+            Ok(())
+        })
     }
 
-    fn drive(&self, how: Drive) -> Result<(), i32> {
+    fn drive(
+        &self,
+        how: impl FnOnce(&mut dyn Backend, &mut Vec<Done>) -> Result<(), BackendError>,
+    ) -> Result<(), i32> {
         let mut st = lock(&self.state);
         let st = &mut *st;
         let mut done = std::mem::take(&mut st.scratch);
-        let r = match how {
-            Drive::Collect => st.backend.collect(&mut done),
-            Drive::Poll => st.backend.progress(&mut done),
-            Drive::ToWait => st.backend.progress_to_wait(&mut done),
-        };
+        let r = how(st.backend.as_mut(), &mut done);
         for d in done.drain(..) {
             if let Some(p) = st.pending.remove(&d.op) {
                 deliver(p, d);
@@ -111,16 +117,6 @@ impl DomainShared {
             e.errno
         })
     }
-}
-
-#[derive(Clone, Copy)]
-enum Drive {
-    /// Deliver what finished without I/O.
-    Collect,
-    /// One nonblocking round (a consumer polling in a loop).
-    Poll,
-    /// A round after which the wait fd is safe to sleep on.
-    ToWait,
 }
 
 fn deliver(p: Pending, d: Done) {

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use hx_engine::{Engine, EngineBuf, Filter, Rank, Request, Settings, TagMatch};
+use hx_engine::{Engine, EngineBuf, Express, Filter, Rank, Request, Settings, TagMatch};
 
 use crate::backend::{
     Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, SendBuf, SendTo, NAME_LEN,
@@ -23,12 +23,37 @@ fn err(errno: i32, e: impl std::fmt::Display) -> BackendError {
 }
 
 struct Op {
+    /// The id the domain knows it by: the engine request's, or a parked receive's.
+    id: OpId,
     is_recv: bool,
     /// Capacity of a receive buffer.
     cap: usize,
     /// A discard: completes silently.
     discard: bool,
 }
+
+/// A receive the backend holds instead of posting it to the engine, while it is the only
+/// thing in flight and shared memory alone can answer it: each poll of the CQ then looks at
+/// the rings for it ([`Engine::try_recv_express`]) and a small message lands in its buffer
+/// without an engine request, a full engine round or the completion bookkeeping, which were
+/// most of the instructions of a small receive through Open MPI. Anything that could observe
+/// its order (another receive, a probe, a claim, closing, sleeping, a message queued on its
+/// endpoint by a full round) posts it to the engine first ([`EngineBackend::unpark`]).
+struct Parked {
+    /// Bit 63 set: engine request ids never have it (their generations stay below 2^31).
+    op: OpId,
+    ep: u16,
+    filter: Filter,
+    /// The receive buffer (an address: the backend must stay Send).
+    ptr: usize,
+    len: usize,
+}
+
+const PARKED_BIT: u64 = 1 << 63;
+
+/// Every this many polls with a parked receive, a full engine round runs anyway (sockets,
+/// connections, housekeeping), as the engine's own express receive does.
+const PARKED_FULL_ROUND: u32 = 64;
 
 pub struct EngineBackend {
     /// Taken at drop, to close in order.
@@ -40,6 +65,13 @@ pub struct EngineBackend {
     ops: HashMap<OpId, Op>,
     claims: HashMap<u64, Found>,
     finished: Vec<Request>,
+    parked: Option<Parked>,
+    next_parked: u64,
+    parked_polls: u32,
+    /// Parked receives posted to the engine since: their id -> the engine request's.
+    renamed: HashMap<OpId, u64>,
+    /// Parked receives that could not be posted, reported by the next collect.
+    failed: Vec<Done>,
     /// Name servers of `listen` (fabtests' node/service): one thread each, answering with a name
     /// until the backend goes (then the port is free again for the next domain).
     name_servers: Vec<std::thread::JoinHandle<()>>,
@@ -169,6 +201,11 @@ impl EngineBackend {
             ops: HashMap::default(),
             claims: HashMap::default(),
             finished: Vec::new(),
+            parked: None,
+            next_parked: 0,
+            parked_polls: 0,
+            renamed: HashMap::default(),
+            failed: Vec::new(),
             name_servers: Vec::new(),
             stop: Default::default(),
         })
@@ -219,8 +256,78 @@ impl EngineBackend {
 
     /// Remembers an operation until its completion is reported; returns its id.
     fn track(&mut self, req: Request, op: Op) -> OpId {
+        let id = op.id;
         self.ops.insert(req.to_u64(), op);
-        req.to_u64()
+        id
+    }
+
+    /// Posts the parked receive, if any, to the engine, keeping its id: from then on it is
+    /// matched, completed and cancelled as any other.
+    fn unpark(&mut self) {
+        let Some(p) = self.parked.take() else {
+            return;
+        };
+        let buf = EngineBuf::Raw {
+            ptr: p.ptr as *mut u8,
+            len: p.len,
+        };
+        // SAFETY: the buffer fi_trecv was given, valid until the receive completes or is
+        // cancelled.
+        match unsafe { self.eng_mut().irecv_filtered(p.ep, p.filter, buf) } {
+            Ok(req) => {
+                self.renamed.insert(p.op, req.to_u64());
+                self.track(req, recv_op(p.op, p.len));
+            }
+            Err(e) => self.failed.push(Done {
+                op: p.op,
+                is_recv: true,
+                len: 0,
+                msg_len: 0,
+                tag: 0,
+                data: None,
+                src: None,
+                error: Some((FI_EIO, format!("hxcomm: {e}"))),
+            }),
+        }
+    }
+
+    /// One poll for the parked receive (see [`Parked`]): true if nothing more is owed this
+    /// round (it was taken, or nothing arrived and nothing else is in flight).
+    fn poll_parked(&mut self, out: &mut Vec<Done>) -> bool {
+        let Some(p) = &self.parked else {
+            return false;
+        };
+        self.parked_polls = self.parked_polls.wrapping_add(1);
+        if self.parked_polls.is_multiple_of(PARKED_FULL_ROUND) {
+            return false;
+        }
+        let (ep, filter, ptr, len) = (p.ep, p.filter, p.ptr, p.len);
+        let buf: &mut [u8] = if len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the receive's buffer, valid until it completes or is cancelled
+            // (fi_trecv's contract).
+            unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) }
+        };
+        match self.eng_mut().try_recv_express(ep, filter, buf) {
+            Express::Taken(st) => {
+                let p = self.parked.take().expect("parked");
+                let src = Some(self.peer_id(st.source, st.src_ep / 2));
+                out.push(Done {
+                    op: p.op,
+                    is_recv: true,
+                    len: st.len,
+                    msg_len: st.len,
+                    tag: st.tag,
+                    data: st.data,
+                    src,
+                    error: None,
+                });
+                true
+            }
+            Express::Empty => true,
+            Express::Other => false,
+        }
     }
 
     /// The part of fi_send and fi_inject that starts the engine's send.
@@ -264,11 +371,24 @@ struct Route {
 }
 
 /// What a send is tracked as.
-const SEND_OP: Op = Op {
-    is_recv: false,
-    cap: 0,
-    discard: false,
-};
+fn send_op(req: Request) -> Op {
+    Op {
+        id: req.to_u64(),
+        is_recv: false,
+        cap: 0,
+        discard: false,
+    }
+}
+
+/// What a receive into `cap` bytes is tracked as.
+fn recv_op(id: OpId, cap: usize) -> Op {
+    Op {
+        id,
+        is_recv: true,
+        cap,
+        discard: false,
+    }
+}
 
 impl Backend for EngineBackend {
     fn open_ep(&mut self) -> Result<u16, BackendError> {
@@ -285,6 +405,7 @@ impl Backend for EngineBackend {
     }
 
     fn close_ep(&mut self, ep: u16) -> Result<(), BackendError> {
+        self.unpark();
         self.eng_mut()
             .close_endpoint(engine_eps(ep, true))
             .and_then(|_| self.eng_mut().close_endpoint(engine_eps(ep, false)))
@@ -318,7 +439,7 @@ impl Backend for EngineBackend {
             SendBuf::Owned(v) => EngineBuf::Owned(v),
         };
         let req = self.start_send(to, buf)?;
-        Ok(self.track(req, SEND_OP))
+        Ok(self.track(req, send_op(req)))
     }
 
     fn inject(&mut self, to: SendTo, copy: Vec<u8>) -> Result<Option<OpId>, BackendError> {
@@ -329,7 +450,7 @@ impl Backend for EngineBackend {
         if self.eng_mut().detach(req) {
             return Ok(None);
         }
-        Ok(Some(self.track(req, SEND_OP)))
+        Ok(Some(self.track(req, send_op(req))))
     }
 
     fn inject_now(&mut self, to: &SendTo, data: &[u8]) -> Result<bool, BackendError> {
@@ -350,18 +471,26 @@ impl Backend for EngineBackend {
         len: usize,
     ) -> Result<OpId, BackendError> {
         let filter = self.filter(ep, tagged, src, tag, ignore)?;
+        // Receives match in the order they were posted: an earlier parked one goes first.
+        self.unpark();
+        let e = engine_eps(ep, tagged);
+        if self.eng().express_possible(e, &filter) {
+            let op = PARKED_BIT | self.next_parked;
+            self.next_parked = (self.next_parked + 1) & !PARKED_BIT;
+            self.parked = Some(Parked {
+                op,
+                ep: e,
+                filter,
+                ptr: ptr as usize,
+                len,
+            });
+            return Ok(op);
+        }
         let req = self
             .eng_mut()
-            .irecv_filtered(engine_eps(ep, tagged), filter, EngineBuf::Raw { ptr, len })
+            .irecv_filtered(e, filter, EngineBuf::Raw { ptr, len })
             .map_err(|e| err(FI_EINVAL, e))?;
-        Ok(self.track(
-            req,
-            Op {
-                is_recv: true,
-                cap: len,
-                discard: false,
-            },
-        ))
+        Ok(self.track(req, recv_op(req.to_u64(), len)))
     }
 
     fn peek(
@@ -374,6 +503,8 @@ impl Backend for EngineBackend {
     ) -> Result<Option<(Found, Option<u64>)>, BackendError> {
         let filter = self.filter(ep, true, src, tag, ignore)?;
         let e = engine_eps(ep, true);
+        // A parked receive is matched before a probe looks.
+        self.unpark();
         if claim {
             let Some((c, st)) = self
                 .eng_mut()
@@ -420,14 +551,7 @@ impl Backend for EngineBackend {
             .eng_mut()
             .irecv_claimed(claim, EngineBuf::Raw { ptr, len })
             .map_err(|e| err(FI_EINVAL, e))?;
-        Ok(self.track(
-            req,
-            Op {
-                is_recv: true,
-                cap: len,
-                discard: false,
-            },
-        ))
+        Ok(self.track(req, recv_op(req.to_u64(), len)))
     }
 
     fn discard_claimed(&mut self, claim: u64) -> Result<Found, BackendError> {
@@ -442,40 +566,65 @@ impl Backend for EngineBackend {
         self.track(
             req,
             Op {
-                is_recv: true,
-                cap: 0,
                 discard: true,
+                ..recv_op(req.to_u64(), 0)
             },
         );
         Ok(f)
     }
 
     fn cancel(&mut self, op: OpId) -> bool {
-        if !self.ops.get(&op).is_some_and(|o| o.is_recv) {
+        if self.parked.as_ref().is_some_and(|p| p.op == op) {
+            self.parked = None;
+            return true;
+        }
+        let req = self.renamed.get(&op).copied().unwrap_or(op);
+        if !self.ops.get(&req).is_some_and(|o| o.is_recv) {
             return false;
         }
-        let done = self.eng_mut().cancel_recv(Request::from_u64(op));
+        let done = self.eng_mut().cancel_recv(Request::from_u64(req));
         if done {
-            self.ops.remove(&op);
+            self.ops.remove(&req);
+            self.renamed.remove(&op);
         }
         done
     }
 
     fn progress(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
+        if self.poll_parked(out) {
+            return Ok(());
+        }
         // Consumers poll the CQ in a loop: while bulk data is in flight, wait for it briefly
         // in epoll rather than spin (HX_BULK_WAIT_US).
         self.eng_mut()
             .progress_polled()
             .map_err(|e| err(FI_EIO, e))?;
+        if self
+            .parked
+            .as_ref()
+            .is_some_and(|p| !self.eng().express_possible(p.ep, &p.filter))
+        {
+            // A message queued on its endpoint, or its peer failed: the engine decides.
+            self.unpark();
+        }
         self.collect(out)
     }
 
     fn progress_to_wait(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
+        // Only the engine's requests wake the wait fd.
+        self.unpark();
         self.eng_mut().progress().map_err(|e| err(FI_EIO, e))?;
         self.collect(out)
     }
 
     fn collect(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
+        if !self.failed.is_empty() {
+            out.append(&mut self.failed);
+        }
+        // Called on every CQ read: nothing finished is the common case.
+        if !self.eng().has_finished() {
+            return Ok(());
+        }
         let mut finished = std::mem::take(&mut self.finished);
         self.eng_mut().take_finished(&mut finished);
         for req in finished.drain(..) {
@@ -487,6 +636,10 @@ impl Backend for EngineBackend {
                 continue;
             };
             let o = self.ops.remove(&op).expect("checked");
+            if o.id != op {
+                self.renamed.remove(&o.id);
+            }
+            let op = o.id;
             if o.discard {
                 continue;
             }

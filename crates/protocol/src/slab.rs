@@ -7,6 +7,9 @@ pub struct Handle {
     pub(crate) gen: u32,
 }
 
+/// Largest generation a slot reaches before it starts again at 1.
+const MAX_GEN: u32 = 0x7fff_ffff;
+
 impl Handle {
     /// Packs the handle into one integer (for the C ABI).
     pub fn to_u64(self) -> u64 {
@@ -45,7 +48,9 @@ impl<T> Slab<T> {
         self.len += 1;
         if let Some(idx) = self.free.pop() {
             let s = &mut self.slots[idx as usize];
-            s.gen = s.gen.wrapping_add(1);
+            // Generations stay below 2^31, so a packed handle never has bit 63 set: the
+            // libfabric provider numbers its own operations there.
+            s.gen = if s.gen >= MAX_GEN { 1 } else { s.gen + 1 };
             s.val = Some(val);
             Handle { idx, gen: s.gen }
         } else {
@@ -125,5 +130,20 @@ mod tests {
         assert_eq!(s.remove(a), None);
         assert_eq!(s.len(), 1);
         assert_eq!(Handle::from_u64(b.to_u64()), b);
+    }
+
+    #[test]
+    fn generations_wrap_below_bit_31() {
+        let mut s = Slab::new();
+        let a = s.insert(1);
+        s.remove(a);
+        s.slots[a.idx as usize].gen = MAX_GEN - 1;
+        let b = s.insert(2);
+        assert_eq!(b.gen, MAX_GEN);
+        s.remove(b);
+        let c = s.insert(3);
+        assert_eq!(c.gen, 1);
+        assert_eq!(c.to_u64() >> 63, 0);
+        assert_eq!(s.get(b), None);
     }
 }

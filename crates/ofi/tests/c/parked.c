@@ -1,0 +1,364 @@
+/* Two processes of one host (shared memory between them) through the hxcomm provider: the
+ * receive a CQ poll serves straight from the ring (a "parked" receive, engine_backend.rs) keeps
+ * every rule of a posted one: receives match in the order they were posted and messages in the
+ * order they were sent, a probe does not see what a posted receive takes, cancel, truncation,
+ * large messages, messages that came first, another tag ahead in the ring, CQ data and source.
+ * Usage: FI_PROVIDER_PATH=<dir> HX_JOB_SECRET=<hex> ./parked */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_tagged.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#define CHECK(x)                                                                          \
+	do {                                                                              \
+		long _r = (long)(x);                                                      \
+		if (_r) {                                                                 \
+			fprintf(stderr, "%s %s:%d: %s = %ld (%s)\n", who, __FILE__, __LINE__, #x, \
+				_r, fi_strerror((int)-_r));                               \
+			return 1;                                                         \
+		}                                                                         \
+	} while (0)
+#define EXPECT(c)                                                                         \
+	do {                                                                              \
+		if (!(c)) {                                                               \
+			fprintf(stderr, "%s %s:%d: expected %s\n", who, __FILE__, __LINE__, #c); \
+			return 1;                                                         \
+		}                                                                         \
+	} while (0)
+
+#define BIG (1 << 20)
+
+static const char *who = "?";
+static struct fid_fabric *fabric;
+static struct fid_domain *domain;
+static struct fid_av *av;
+static struct fid_cq *cq;
+static struct fid_ep *ep;
+static fi_addr_t peer;
+static int to_peer, from_peer; /* pipes, for "go" signals outside the provider */
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Polls the CQ (never sleeps on it: that is the path under test) for one entry or an error,
+ * for up to 10 s. Returns 1 for an entry, -FI_EAVAIL for an error entry, 0 on timeout. */
+static int poll_one(struct fi_cq_tagged_entry *e, fi_addr_t *src)
+{
+	double end = now() + 10;
+	while (now() < end) {
+		ssize_t n = fi_cq_readfrom(cq, e, 1, src);
+		if (n == 1 || n == -FI_EAVAIL)
+			return (int)n;
+		if (n != -FI_EAGAIN) {
+			fprintf(stderr, "%s fi_cq_readfrom: %zd (%s)\n", who, n, fi_strerror((int)-n));
+			return 0;
+		}
+	}
+	fprintf(stderr, "%s: no completion within 10 s\n", who);
+	return 0;
+}
+
+static int signal_peer(void)
+{
+	char c = 'g';
+	return write(to_peer, &c, 1) == 1 ? 0 : 1;
+}
+
+static int wait_peer(void)
+{
+	char c;
+	return read(from_peer, &c, 1) == 1 ? 0 : 1;
+}
+
+/* A send that completes: polls until its own completion. */
+static int send_done(const void *buf, size_t len, uint64_t tag)
+{
+	struct fi_context ctx;
+	struct fi_cq_tagged_entry e;
+	CHECK(fi_tsend(ep, buf, len, NULL, peer, tag, &ctx));
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &ctx && (e.flags & FI_SEND));
+	return 0;
+}
+
+static int open_all(void)
+{
+	struct fi_info *hints = fi_allocinfo(), *info;
+	char name[64], other[64];
+	size_t len = sizeof name;
+
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_TAGGED | FI_DIRECTED_RECV | FI_SOURCE | FI_REMOTE_CQ_DATA;
+	hints->domain_attr->cq_data_size = 8;
+	hints->mode = FI_CONTEXT;
+	hints->fabric_attr->prov_name = strdup("hxcomm");
+	hints->domain_attr->av_type = FI_AV_TABLE;
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
+	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	CHECK(fi_domain(fabric, info, &domain, NULL));
+	struct fi_av_attr av_attr = { .type = FI_AV_TABLE };
+	CHECK(fi_av_open(domain, &av_attr, &av, NULL));
+	struct fi_cq_attr cq_attr = { .size = 64, .format = FI_CQ_FORMAT_TAGGED };
+	CHECK(fi_cq_open(domain, &cq_attr, &cq, NULL));
+	CHECK(fi_endpoint(domain, info, &ep, NULL));
+	CHECK(fi_ep_bind(ep, &av->fid, 0));
+	CHECK(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV));
+	CHECK(fi_enable(ep));
+	CHECK(fi_getname(&ep->fid, name, &len));
+	EXPECT(write(to_peer, name, 64) == 64);
+	EXPECT(read(from_peer, other, 64) == 64);
+	EXPECT(fi_av_insert(av, other, 1, &peer, 0, NULL) == 1);
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+	return 0;
+}
+
+static int close_all(void)
+{
+	CHECK(fi_close(&ep->fid));
+	CHECK(fi_close(&av->fid));
+	CHECK(fi_close(&cq->fid));
+	CHECK(fi_close(&domain->fid));
+	CHECK(fi_close(&fabric->fid));
+	return 0;
+}
+
+/* The receiving side: every check is here. */
+static int receiver(void)
+{
+	struct fi_cq_tagged_entry e;
+	struct fi_cq_err_entry err;
+	struct fi_context c1, c2;
+	fi_addr_t src;
+	char b1[64], b2[64];
+	uint64_t v;
+
+	/* 1. Ping-pong, directed receives, every value checked, with CQ data and source. */
+	for (uint64_t i = 0; i < 3000; i++) {
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, 1, 0, &c1));
+		if (i == 0)
+			CHECK(signal_peer());
+		EXPECT(poll_one(&e, &src) == 1);
+		EXPECT(e.op_context == &c1 && e.len == 8 && v == i * 7 && e.tag == 1);
+		EXPECT(src == peer && e.data == i && (e.flags & FI_REMOTE_CQ_DATA));
+		v = i * 7 + 1;
+		CHECK(fi_tinject(ep, &v, sizeof v, peer, 1));
+	}
+	/* The same with any-source receives. */
+	for (uint64_t i = 0; i < 1000; i++) {
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, FI_ADDR_UNSPEC, 1, 0, &c1));
+		EXPECT(poll_one(&e, &src) == 1);
+		EXPECT(e.op_context == &c1 && v == i && src == peer);
+		CHECK(fi_tinject(ep, &v, sizeof v, peer, 1));
+	}
+
+	/* 2. Two receives for one tag: the first posted takes the first sent. */
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 2, 0, &c1));
+	CHECK(fi_trecv(ep, b2, sizeof b2, NULL, peer, 2, 0, &c2));
+	CHECK(signal_peer());
+	for (int k = 0; k < 2; k++) {
+		EXPECT(poll_one(&e, NULL) == 1);
+		if (e.op_context == &c1)
+			EXPECT(!strcmp(b1, "first"));
+		else
+			EXPECT(e.op_context == &c2 && !strcmp(b2, "second"));
+	}
+	/* One receive, two messages: the first sent. */
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, FI_ADDR_UNSPEC, 3, 0, &c1));
+	CHECK(signal_peer());
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c1 && !strcmp(b1, "A"));
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, FI_ADDR_UNSPEC, 3, 0, &c1));
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c1 && !strcmp(b1, "B"));
+
+	/* 3. A probe does not see the message a posted receive takes. */
+	memset(b1, 0, sizeof b1);
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 4, 0, &c1));
+	CHECK(signal_peer());
+	CHECK(wait_peer()); /* it is in the ring now */
+	struct fi_context pctx;
+	struct fi_msg_tagged m = { .addr = FI_ADDR_UNSPEC, .tag = 4, .context = &pctx };
+	CHECK(fi_trecvmsg(ep, &m, FI_PEEK | FI_COMPLETION));
+	int got_recv = 0, got_peek = 0;
+	for (int k = 0; k < 2; k++) {
+		int r = poll_one(&e, NULL);
+		if (r == 1) {
+			EXPECT(e.op_context == &c1 && !strcmp(b1, "m4"));
+			got_recv = 1;
+		} else {
+			EXPECT(r == -FI_EAVAIL);
+			memset(&err, 0, sizeof err);
+			EXPECT(fi_cq_readerr(cq, &err, 0) == 1);
+			EXPECT(err.op_context == &pctx && err.err == FI_ENOMSG);
+			got_peek = 1;
+		}
+	}
+	EXPECT(got_recv && got_peek);
+
+	/* 4. Cancel; the message then goes to the next receive. */
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 6, 0, &c1));
+	CHECK(fi_cancel(&ep->fid, &c1));
+	EXPECT(poll_one(&e, NULL) == -FI_EAVAIL);
+	memset(&err, 0, sizeof err);
+	EXPECT(fi_cq_readerr(cq, &err, 0) == 1);
+	EXPECT(err.op_context == &c1 && err.err == FI_ECANCELED);
+	CHECK(signal_peer());
+	CHECK(fi_trecv(ep, b2, sizeof b2, NULL, peer, 6, 0, &c2));
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c2 && !strcmp(b2, "m6"));
+
+	/* 5. A large message (rendezvous) into such a receive, every byte checked. */
+	unsigned char *big = calloc(1, BIG);
+	EXPECT(big);
+	CHECK(fi_trecv(ep, big, BIG, NULL, peer, 7, 0, &c1));
+	CHECK(signal_peer());
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c1 && e.len == BIG);
+	for (int i = 0; i < BIG; i++)
+		EXPECT(big[i] == (unsigned char)(i * 31 + 7));
+	free(big);
+
+	/* 6. Truncation: an error entry with the overflow length. */
+	CHECK(fi_trecv(ep, b1, 4, NULL, peer, 8, 0, &c1));
+	CHECK(signal_peer());
+	EXPECT(poll_one(&e, NULL) == -FI_EAVAIL);
+	memset(&err, 0, sizeof err);
+	EXPECT(fi_cq_readerr(cq, &err, 0) == 1);
+	EXPECT(err.op_context == &c1 && err.err == FI_ETRUNC && err.olen == 4);
+	EXPECT(!memcmp(b1, "1234", 4));
+
+	/* 7. A message that came before its receive, in the ring or already read. */
+	CHECK(signal_peer());
+	CHECK(wait_peer());
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 9, 0, &c1));
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c1 && !strcmp(b1, "early"));
+	CHECK(signal_peer());
+	CHECK(wait_peer());
+	for (int k = 0; k < 200; k++)
+		EXPECT(fi_cq_read(cq, &e, 1) == -FI_EAGAIN);
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 9, 0, &c1));
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c1 && !strcmp(b1, "later"));
+
+	/* 8. Another tag ahead of it in the ring. */
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 10, 0, &c1));
+	CHECK(signal_peer());
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c1 && e.tag == 10 && !strcmp(b1, "Y"));
+	CHECK(fi_trecv(ep, b2, sizeof b2, NULL, peer, 11, 0, &c2));
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c2 && e.tag == 11 && !strcmp(b2, "X"));
+
+	CHECK(signal_peer());
+	CHECK(wait_peer());
+	return close_all();
+}
+
+static int sender(void)
+{
+	struct fi_cq_tagged_entry e;
+	struct fi_context c;
+	uint64_t v;
+
+	CHECK(wait_peer());
+	for (uint64_t i = 0; i < 3000; i++) {
+		v = i * 7;
+		CHECK(fi_tinjectdata(ep, &v, sizeof v, i, peer, 1));
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, 1, 0, &c));
+		EXPECT(poll_one(&e, NULL) == 1);
+		EXPECT(e.op_context == &c && v == i * 7 + 1);
+	}
+	for (uint64_t i = 0; i < 1000; i++) {
+		v = i;
+		CHECK(fi_tinject(ep, &v, sizeof v, peer, 1));
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, 1, 0, &c));
+		EXPECT(poll_one(&e, NULL) == 1);
+		EXPECT(v == i);
+	}
+	CHECK(wait_peer());
+	CHECK(send_done("first", 6, 2));
+	CHECK(send_done("second", 7, 2));
+	CHECK(wait_peer());
+	CHECK(send_done("A", 2, 3));
+	CHECK(send_done("B", 2, 3));
+	CHECK(wait_peer());
+	CHECK(send_done("m4", 3, 4));
+	CHECK(signal_peer());
+	CHECK(wait_peer());
+	CHECK(send_done("m6", 3, 6));
+	unsigned char *big = malloc(BIG);
+	EXPECT(big);
+	for (int i = 0; i < BIG; i++)
+		big[i] = (unsigned char)(i * 31 + 7);
+	CHECK(wait_peer());
+	CHECK(send_done(big, BIG, 7));
+	free(big);
+	CHECK(wait_peer());
+	CHECK(send_done("12345678", 8, 8));
+	CHECK(wait_peer());
+	CHECK(send_done("early", 6, 9));
+	CHECK(signal_peer());
+	CHECK(wait_peer());
+	CHECK(send_done("later", 6, 9));
+	CHECK(signal_peer());
+	CHECK(wait_peer());
+	CHECK(send_done("X", 2, 11));
+	CHECK(send_done("Y", 2, 10));
+	/* Stay until the receiver is done (its last receives may need this side's progress). */
+	CHECK(wait_peer());
+	CHECK(close_all());
+	return signal_peer();
+}
+
+int main(void)
+{
+	int a[2], b[2];
+	if (pipe(a) || pipe(b))
+		return 1;
+	pid_t pid = fork();
+	if (pid < 0)
+		return 1;
+	if (pid == 0) {
+		who = "sender";
+		to_peer = b[1];
+		from_peer = a[0];
+		close(a[1]);
+		close(b[0]);
+		if (open_all())
+			return 1;
+		return sender();
+	}
+	who = "receiver";
+	to_peer = a[1];
+	from_peer = b[0];
+	close(a[0]);
+	close(b[1]);
+	int r = open_all() || receiver();
+	/* A sender waiting for a signal that will not come sees the pipe close. */
+	close(to_peer);
+	int st;
+	waitpid(pid, &st, 0);
+	if (r || !WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "parked: failed (receiver %d, sender status %d)\n", r, st);
+		return 1;
+	}
+	printf("parked ok\n");
+	return 0;
+}
