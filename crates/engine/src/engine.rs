@@ -873,17 +873,22 @@ impl Engine {
 
     /// One look at the shared-memory rings for a receive that has posted nothing: takes a small
     /// message for `ep` that `filter` takes straight into `buf`, as a blocking receive's
-    /// express path does. For a caller that polls (the libfabric provider's parked receive):
-    /// `Empty` when no ring has anything and the engine has no request in flight, so no engine
-    /// round is owed; `Other` when something else needs a full round ([`progress`]
-    /// (Self::progress) or [`progress_polled`](Self::progress_polled)), after which the
-    /// receive is posted if its endpoint is no longer quiet. The caller still makes a full
-    /// round now and then (sockets, connections, housekeeping).
+    /// express path does, even while other requests are in flight. For a caller that polls
+    /// (the libfabric provider's parked receive): `Empty` when no ring has anything and the
+    /// engine has no request in flight, so no engine round is owed; `Other` when something
+    /// else needs a full round ([`progress`](Self::progress) or
+    /// [`progress_polled`](Self::progress_polled)), after which the receive is posted if its
+    /// endpoint is no longer quiet. The caller still makes a full round now and then (sockets,
+    /// connections, housekeeping).
     pub fn try_recv_express(&mut self, ep: EpId, filter: Filter, buf: &mut [u8]) -> Express {
-        if self.core.live_requests() > 0 || !self.core.ep_quiet(ep) {
+        if !self.core.ep_quiet(ep) {
             return Express::Other;
         }
-        self.express_pass(ep, filter, buf)
+        match self.express_pass(ep, filter, buf) {
+            // Requests in flight (sends, other receives) progress in full rounds.
+            Express::Empty if self.core.live_requests() > 0 => Express::Other,
+            found => found,
+        }
     }
 
     /// One pass over the shared-memory rings for an express receive (see

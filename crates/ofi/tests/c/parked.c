@@ -2,7 +2,8 @@
  * receive a CQ poll serves straight from the ring (a "parked" receive, engine_backend.rs) keeps
  * every rule of a posted one: receives match in the order they were posted and messages in the
  * order they were sent, a probe does not see what a posted receive takes, cancel, truncation,
- * large messages, messages that came first, another tag ahead in the ring, CQ data and source.
+ * large messages, messages that came first, another tag ahead in the ring, a send of its own
+ * in flight, CQ data and source.
  * Usage: FI_PROVIDER_PATH=<dir> HX_JOB_SECRET=<hex> ./parked */
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +267,30 @@ static int receiver(void)
 	EXPECT(poll_one(&e, NULL) == 1);
 	EXPECT(e.op_context == &c2 && e.tag == 11 && !strcmp(b2, "X"));
 
+	/* 9. While a large send of this side is in flight (a request the engine must progress). */
+	unsigned char *out = malloc(BIG);
+	EXPECT(out);
+	for (int i = 0; i < BIG; i++)
+		out[i] = (unsigned char)(i * 13 + 1);
+	struct fi_context sctx;
+	CHECK(fi_tsend(ep, out, BIG, NULL, peer, 12, &sctx));
+	memset(b1, 0, sizeof b1);
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 13, 0, &c1));
+	CHECK(signal_peer());
+	int got_small = 0, got_send = 0;
+	for (int k = 0; k < 2; k++) {
+		EXPECT(poll_one(&e, NULL) == 1);
+		if (e.op_context == &c1) {
+			EXPECT(!strcmp(b1, "small") && e.tag == 13);
+			got_small = 1;
+		} else {
+			EXPECT(e.op_context == &sctx && (e.flags & FI_SEND));
+			got_send = 1;
+		}
+	}
+	EXPECT(got_small && got_send);
+	free(out);
+
 	CHECK(signal_peer());
 	CHECK(wait_peer());
 	return close_all();
@@ -321,6 +346,16 @@ static int sender(void)
 	CHECK(wait_peer());
 	CHECK(send_done("X", 2, 11));
 	CHECK(send_done("Y", 2, 10));
+	CHECK(wait_peer());
+	CHECK(send_done("small", 6, 13));
+	big = calloc(1, BIG);
+	EXPECT(big);
+	CHECK(fi_trecv(ep, big, BIG, NULL, peer, 12, 0, &c));
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c && e.len == BIG);
+	for (int i = 0; i < BIG; i++)
+		EXPECT(big[i] == (unsigned char)(i * 13 + 1));
+	free(big);
 	/* Stay until the receiver is done (its last receives may need this side's progress). */
 	CHECK(wait_peer());
 	CHECK(close_all());
