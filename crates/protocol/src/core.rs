@@ -84,6 +84,11 @@ pub(crate) struct PullJob {
     pub seq: u64,
     pub next: usize,
     pub end: usize,
+    /// A chunk handed back that may have been written before (resent after a rail broke):
+    /// taken whole, not cut again, since the receiver knows chunks by their offset.
+    pub whole: bool,
+    /// `end` is the end of the message: the chunk that reaches it asks for an acknowledgement.
+    pub last: bool,
 }
 
 pub(crate) struct Rail {
@@ -110,6 +115,8 @@ pub(crate) struct Rail {
     pub rx: RxState,
     /// The peer closed this rail in order (it sent Bye).
     pub bye: bool,
+    /// Bytes the last `tx_iovecs` showed, until `tx_done` reports the write (0: none pending).
+    pub offered: usize,
 }
 
 pub(crate) struct Peer {
@@ -346,6 +353,7 @@ impl<B: Buffer> Core<B> {
                 bytes_since_ack: 0,
                 rx: RxState::new(stage),
                 bye: false,
+                offered: 0,
             })
             .collect();
     }

@@ -26,6 +26,10 @@ pub(crate) struct TxItem {
     /// An eager send that completes when this frame is written.
     completes: Option<ReqId>,
     sent: usize,
+    /// A chunk just pulled (adaptive) and never written on any rail: handed back, its bytes
+    /// may be cut differently. A resent chunk keeps its bounds: the receiver knows chunks by
+    /// their offset.
+    pulled: bool,
 }
 
 impl TxItem {
@@ -35,6 +39,7 @@ impl TxItem {
             body,
             completes,
             sent: 0,
+            pulled: false,
         }
     }
 
@@ -92,6 +97,7 @@ impl TxItem {
 
     pub(crate) fn reset(&mut self) {
         self.sent = 0;
+        self.pulled = false;
     }
 }
 
@@ -185,6 +191,7 @@ impl<B: Buffer> Core<B> {
             body: Body::Owned(copy),
             completes: None,
             sent: written,
+            pulled: false,
         };
         if written == total {
             self.item_written(peer, rail, item);
@@ -235,10 +242,12 @@ impl<B: Buffer> Core<B> {
     /// A rail whose queue is empty first pulls a chunk of pending large-message data: it is
     /// asked only when its socket has room, which is what makes faster rails carry more.
     pub fn tx_iovecs<'a>(&'a mut self, peer: Rank, rail: usize, out: &mut [IoSlice<'a>]) -> usize {
-        if !self.peers[peer as usize].rails[rail].up {
+        let r = &mut self.peers[peer as usize].rails[rail];
+        if !r.up {
             return 0;
         }
-        if self.peers[peer as usize].rails[rail].tx.is_empty() {
+        r.offered = 0;
+        if r.tx.is_empty() {
             self.pull_turn(peer, rail, out.len() / 2);
         }
         // Frames not started yet carry the freshest acknowledgement.
@@ -257,6 +266,22 @@ impl<B: Buffer> Core<B> {
         if patched {
             r.ack_sent = rcvd;
         }
+        // What the slices below will show, in bytes (they take one slot for a header not yet
+        // written, one for a payload not yet written): tx_done tells whether the link took it all.
+        let (mut slots, mut offered) = (0, 0);
+        for item in &r.tx {
+            let hdr = usize::from(item.sent < HEADER_LEN);
+            let body = usize::from(item.total_len() > item.sent.max(HEADER_LEN));
+            if slots + hdr + body > out.len() {
+                if hdr == 1 && slots < out.len() {
+                    offered += HEADER_LEN - item.sent;
+                }
+                break;
+            }
+            slots += hdr + body;
+            offered += item.total_len() - item.sent;
+        }
+        r.offered = offered;
         let this: &'a Core<B> = self;
         let mut n = 0;
         for item in &this.peers[peer as usize].rails[rail].tx {
@@ -293,6 +318,7 @@ impl<B: Buffer> Core<B> {
 
     /// Records that `n` bytes of what [`tx_iovecs`](Self::tx_iovecs) showed were written.
     pub fn tx_done(&mut self, peer: Rank, rail: usize, mut n: usize) {
+        let full = n < std::mem::take(&mut self.peers[peer as usize].rails[rail].offered);
         while n > 0 {
             let r = &mut self.peers[peer as usize].rails[rail];
             let Some(item) = r.tx.front_mut() else {
@@ -309,6 +335,69 @@ impl<B: Buffer> Core<B> {
             let item = r.tx.pop_front().unwrap();
             self.item_written(peer, rail, item);
         }
+        if full && self.cfg.policy == Policy::Adaptive {
+            self.hand_back(peer, rail);
+        }
+    }
+
+    /// Adaptive: `rail`'s socket is full. The chunks it pulled and did not start writing go
+    /// back to the pull queue, for whichever rail has room first: a rail holds at most the one
+    /// frame it is in the middle of, so a turn may pull as much as a write can carry without a
+    /// slow rail sitting on work a faster one would have taken.
+    fn hand_back(&mut self, peer: Rank, rail: usize) {
+        let p = &mut self.peers[peer as usize];
+        if p.rails.iter().filter(|r| r.up).count() < 2 {
+            return;
+        }
+        let mut back = false;
+        loop {
+            let r = &mut p.rails[rail];
+            let Some(item) = r.tx.back() else {
+                break;
+            };
+            let (Body::Req(req, off, len), 0) = (&item.body, item.sent) else {
+                break;
+            };
+            if item.kind() != FrameKind::Data as u8 {
+                break;
+            }
+            let (req, off, len, fresh) = (*req, *off, *len, item.pulled);
+            let seq = u64::from_le_bytes(item.hdr[16..24].try_into().unwrap());
+            r.queued -= item.total_len();
+            r.tx.pop_back();
+            back = true;
+            if let Some(j) = p
+                .pull_q
+                .iter_mut()
+                .find(|j| fresh && j.req == req && !j.whole && j.next == off + len)
+            {
+                j.next = off;
+                continue;
+            }
+            let last = self
+                .reqs
+                .get(req)
+                .is_some_and(|r| r.buf.as_slice().len() == off + len);
+            p.pull_q.push_front(PullJob {
+                req,
+                seq,
+                next: off,
+                end: off + len,
+                whole: !fresh,
+                last,
+            });
+        }
+        if !back {
+            return;
+        }
+        // The frames handed back were stamped with the latest acknowledgement; what the peer
+        // will see is the one in the frame being written.
+        let r = &mut p.rails[rail];
+        match r.tx.front() {
+            Some(f) => r.ack_sent = u64::from_le_bytes(f.hdr[40..48].try_into().unwrap()),
+            None => self.queue_ack(peer, rail),
+        }
+        self.mark_dirty(peer);
     }
 
     fn item_written(&mut self, peer: Rank, rail: usize, mut item: TxItem) {
@@ -468,6 +557,8 @@ impl<B: Buffer> Core<B> {
                     seq,
                     next: 0,
                     end: len,
+                    whole: false,
+                    last: true,
                 });
                 self.mark_dirty(peer);
             }
@@ -522,37 +613,45 @@ impl<B: Buffer> Core<B> {
     /// message's end (guided self-scheduling) so that all rails finish together.
     ///
     /// How much per turn: a lone rail takes whole chunks (`max_chunk` each) of everything
-    /// waiting, in one write. Several rails: while the others have room too (fast links: the
-    /// CPU, not the wire, is the limit), a turn takes one chunk of each waiting message, up to
-    /// `max_chunk / rails` bytes, so medium-size messages still leave over every rail but with
-    /// one write per turn instead of one per chunk; when every other rail's socket is full (the
-    /// wire is the limit), one chunk only, so that a slow rail never holds work a faster one
-    /// would have pulled. At most `slots` chunks (each takes two iovecs).
+    /// waiting, in one write. Several rails: one chunk of each waiting message, so that
+    /// medium-size messages still leave over every rail, as many as one write carries (on fast
+    /// links the CPU, not the wire, is the limit: few writes per byte). A rail whose socket
+    /// takes less hands the chunks it did not start back ([`hand_back`](Self::hand_back)), so
+    /// a slow rail never sits on work a faster one would pull. At most `slots` chunks (each
+    /// takes two iovecs); a chunk handed back is taken whole.
     fn pull_turn(&mut self, peer: Rank, rail: usize, slots: usize) {
         let (min, max) = (self.cfg.min_chunk, self.cfg.max_chunk);
         let p = &mut self.peers[peer as usize];
         let rails = p.rails.iter().filter(|r| r.up).count().max(1);
-        let others_full = p
-            .rails
-            .iter()
-            .enumerate()
-            .all(|(i, r)| i == rail || !r.up || !r.tx.is_empty());
-        let limit = if rails > 1 && others_full {
-            1
+        let mut chunks = 0;
+        let mut i = 0;
+        // Guided self-scheduling: a lone message in chunks of 1/(2 x rails) of what is left of
+        // it; many messages in flight in chunks sized by all that is waiting (1/(4 x rails)
+        // of it: few frames and few reads at the receiver, yet small last chunks so that
+        // unequal rails still finish together).
+        let mut waiting: usize = if rails > 1 {
+            p.pull_q.iter().map(|j| j.end - j.next).sum()
         } else {
-            slots.max(1)
+            0
         };
-        let budget = if rails == 1 { usize::MAX } else { max / rails };
-        let (mut taken, mut chunks, mut i) = (0, 0, 0);
-        while i < p.pull_q.len() && chunks < limit && taken < budget {
+        while i < p.pull_q.len() && chunks < slots.max(1) {
             let job = &mut p.pull_q[i];
             let left = job.end - job.next;
-            let n = if rails == 1 {
+            let n = if job.whole {
+                left
+            } else if rails == 1 {
                 left.min(max)
             } else {
-                (left / (2 * rails)).clamp(min, max).min(left)
+                (left / (2 * rails))
+                    .max(waiting / (4 * rails))
+                    .clamp(min, max)
+                    .min(left)
             };
-            let item = data_item(job.req, job.seq, job.next, n, job.next + n == job.end);
+            waiting = waiting.saturating_sub(n);
+            let last = job.last && job.next + n == job.end;
+            let mut item = data_item(job.req, job.seq, job.next, n, last);
+            // A chunk handed back may have been written before (resent after a rail broke).
+            item.pulled = !job.whole;
             job.next += n;
             if job.next == job.end {
                 p.pull_q.remove(i);
@@ -562,7 +661,6 @@ impl<B: Buffer> Core<B> {
             let r = &mut p.rails[rail];
             r.queued += item.total_len();
             r.tx.push_back(item);
-            taken += n;
             chunks += 1;
         }
     }
@@ -640,6 +738,7 @@ impl<B: Buffer> Core<B> {
         r.log.clear();
         r.queued = 0;
         r.log_bytes = 0;
+        r.offered = 0;
         self.unpark(peer);
         self.mark_dirty(peer);
     }
@@ -707,6 +806,8 @@ mod pull_tests {
                 seq: j as u64,
                 next: 0,
                 end: len,
+                whole: false,
+                last: true,
             });
         }
         c
@@ -737,25 +838,38 @@ mod pull_tests {
     }
 
     #[test]
-    fn with_company_a_turn_takes_one_chunk_of_each_message_up_to_a_share() {
-        // 4 rails, 64 KiB messages: 16 KiB chunks (64K / 8, at least min_chunk), one per
-        // message, 64 KiB (max_chunk / rails) per turn.
-        let mut c = core(4, 10, 64 * 1024);
+    fn with_company_a_turn_takes_one_chunk_of_each_waiting_message() {
+        // 4 rails, ten 1 MiB messages: 10 MiB waiting, so full chunks (256 KiB), one of each
+        // message per turn, as many as one write carries.
+        let mut c = core(4, 10, 1 << 20);
+        let k = 256 * 1024;
         c.pull_turn(1, 0, 32);
-        let got = chunks(&c, 0);
         assert_eq!(
-            got,
-            (0..4u64).map(|s| (s, 0, 16 * 1024)).collect::<Vec<_>>()
+            chunks(&c, 0),
+            (0..10u64).map(|s| (s, 0, k)).collect::<Vec<_>>()
         );
         // The next rail takes the second chunks of the same messages: each leaves on every rail.
         c.pull_turn(1, 1, 32);
-        let got = chunks(&c, 1);
-        assert_eq!(
-            got,
-            (0..4u64)
-                .map(|s| (s, 16 * 1024, 16 * 1024))
-                .collect::<Vec<_>>()
-        );
+        let second: Vec<_> = (0..10u64).map(|s| (s, k as u64, k)).collect();
+        assert_eq!(chunks(&c, 1), second);
+        // At most `slots` chunks a turn.
+        let mut c = core(4, 10, 1 << 20);
+        c.pull_turn(1, 0, 4);
+        assert_eq!(chunks(&c, 0).len(), 4);
+    }
+
+    #[test]
+    fn a_lone_message_leaves_in_chunks_that_shrink_towards_its_end() {
+        // One 256 KiB message over 4 rails: 32 KiB (a share of 1/8), then less, not below
+        // min_chunk; one chunk per turn, so every rail carries part of it.
+        let mut c = core(4, 1, 256 * 1024);
+        for rail in 0..4 {
+            c.pull_turn(1, rail, 32);
+        }
+        let got: Vec<_> = (0..4).map(|r| chunks(&c, r)).collect();
+        assert_eq!(got[0], vec![(0, 0, 32 * 1024)]);
+        assert_eq!(got[1], vec![(0, 32 * 1024, 28 * 1024)]);
+        assert!(got.iter().all(|g| g.len() == 1 && g[0].2 >= 16 * 1024));
     }
 
     #[test]
@@ -776,14 +890,101 @@ mod pull_tests {
     }
 
     #[test]
-    fn when_every_other_rail_is_full_a_turn_takes_one_chunk() {
-        let mut c = core(3, 10, 64 * 1024);
-        c.pull_turn(1, 1, 32);
-        c.pull_turn(1, 2, 32);
-        // Rails 1 and 2 hold unwritten chunks (full sockets): rail 0 takes one chunk only, so
-        // a slow rail never sits on work a faster one would pull.
+    fn a_full_rail_hands_back_the_chunks_it_did_not_start() {
+        let k = 256 * 1024;
+        let mut c = core(3, 4, 1 << 20);
         c.pull_turn(1, 0, 32);
-        assert_eq!(chunks(&c, 0).len(), 1);
+        assert_eq!(chunks(&c, 0).len(), 4);
+        // The socket took the first header and 100 bytes of its payload, no more.
+        c.peers[1].rails[0].offered = c.peers[1].rails[0].queued;
+        c.tx_done(1, 0, HEADER_LEN + 100);
+        assert_eq!(
+            chunks(&c, 0),
+            vec![(0, 0, k)],
+            "only the frame it is writing"
+        );
+        assert_eq!(
+            c.peers[1].rails[0].queued,
+            HEADER_LEN + k - HEADER_LEN - 100
+        );
+        let q: Vec<_> = c.peers[1]
+            .pull_q
+            .iter()
+            .map(|j| (j.seq, j.next, j.end, j.whole))
+            .collect();
+        assert_eq!(
+            q,
+            vec![
+                (0, k, 1 << 20, false),
+                (1, 0, 1 << 20, false),
+                (2, 0, 1 << 20, false),
+                (3, 0, 1 << 20, false)
+            ],
+            "merged back into their messages"
+        );
+        // Another rail pulls them.
+        c.pull_turn(1, 1, 32);
+        assert_eq!(
+            chunks(&c, 1),
+            vec![(0, k as u64, k), (1, 0, k), (2, 0, k), (3, 0, k)]
+        );
+        // A write the socket takes whole hands nothing back.
+        c.peers[1].rails[1].offered = c.peers[1].rails[1].queued;
+        let n = c.peers[1].rails[1].queued;
+        c.tx_done(1, 1, n);
+        assert!(c.peers[1].rails[1].tx.is_empty());
+        assert_eq!(
+            c.peers[1].pull_q.iter().map(|j| j.next).collect::<Vec<_>>(),
+            vec![2 * k, k, k, k]
+        );
+    }
+
+    #[test]
+    fn a_chunk_handed_back_after_its_message_left_the_queue_waits_on_its_own() {
+        // Three 16 KiB messages on 2 rails: each is one chunk, and pulling empties the queue.
+        let k = 16 * 1024;
+        let mut c = core(2, 3, k);
+        c.pull_turn(1, 0, 32);
+        assert!(c.peers[1].pull_q.is_empty());
+        c.peers[1].rails[0].offered = c.peers[1].rails[0].queued;
+        c.tx_done(1, 0, 10);
+        let q: Vec<_> = c.peers[1]
+            .pull_q
+            .iter()
+            .map(|j| (j.seq, j.next, j.end, j.whole))
+            .collect();
+        assert_eq!(q, vec![(1, 0, k, false), (2, 0, k, false)]);
+        c.pull_turn(1, 1, 32);
+        assert_eq!(chunks(&c, 1), vec![(1, 0, k), (2, 0, k)]);
+        // A chunk that may have been written before (resent after a rail broke) keeps its
+        // bounds, even where it would fit back into its message: the receiver knows chunks by
+        // their offset.
+        let mut c = core(2, 2, 1 << 20);
+        c.pull_turn(1, 0, 32);
+        let k = chunks(&c, 0)[1].2;
+        c.peers[1].rails[0].tx[1].pulled = false;
+        c.peers[1].rails[0].offered = c.peers[1].rails[0].queued;
+        c.tx_done(1, 0, 10);
+        let q: Vec<_> = c.peers[1]
+            .pull_q
+            .iter()
+            .map(|j| (j.seq, j.next, j.end, j.whole))
+            .collect();
+        assert_eq!(
+            q,
+            vec![
+                (1, 0, k, true),
+                (0, k, 1 << 20, false),
+                (1, k, 1 << 20, false)
+            ]
+        );
+        // Under another policy nothing moves (stripe and rr place data once).
+        let mut c = core(2, 3, k);
+        c.cfg.policy = Policy::Stripe;
+        c.pull_turn(1, 0, 32);
+        c.peers[1].rails[0].offered = c.peers[1].rails[0].queued;
+        c.tx_done(1, 0, 10);
+        assert_eq!(chunks(&c, 0).len(), 3);
     }
 }
 
