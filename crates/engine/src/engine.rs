@@ -1202,6 +1202,15 @@ impl Engine {
         Ok(())
     }
 
+    /// [`progress_polled`](Self::progress_polled) with the sockets, connections and
+    /// housekeeping looked at this time (a polled round over shared memory does that only
+    /// every 64th time): for a caller that polls the rings by other means in between.
+    pub fn progress_polled_everything(&mut self) -> Result<(), Error> {
+        // progress_once counts this round and polls epoll when the count is a multiple of 64.
+        self.spins |= 63;
+        self.progress_polled()
+    }
+
     /// One nonblocking round that polls epoll too (sockets, connections, housekeeping), which
     /// a spinning round over shared memory does only every 64th time.
     fn progress_everything(&mut self) -> Result<usize, Error> {

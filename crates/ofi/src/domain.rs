@@ -86,16 +86,18 @@ impl DomainShared {
     }
 
     /// A CQ read's drive, under one lock: delivers what finished without I/O (no syscall: a CQ
-    /// that then has entries need not poll the sockets before returning them) and, if that was
-    /// nothing and `poll()` says so, makes a progress round.
+    /// that then has entries need not poll the sockets before returning them) and then, if
+    /// `poll()` (asked after that delivery) says so, makes a progress round.
     pub fn collect_or_progress(&self, poll: impl FnOnce() -> bool) -> Result<(), i32> {
-        self.drive(|b, done| {
-            b.collect(done)?;
-            if done.is_empty() && poll() {
-                b.progress(done)?;
-            }
-            Ok(())
-        })
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        let mut r = st.backend.collect(&mut st.scratch);
+        deliver_all(&mut st.pending, &mut st.scratch);
+        if r.is_ok() && poll() {
+            r = st.backend.progress(&mut st.scratch);
+            deliver_all(&mut st.pending, &mut st.scratch);
+        }
+        r.map_err(progress_error)
     }
 
     fn drive(
@@ -104,19 +106,23 @@ impl DomainShared {
     ) -> Result<(), i32> {
         let mut st = lock(&self.state);
         let st = &mut *st;
-        let mut done = std::mem::take(&mut st.scratch);
-        let r = how(st.backend.as_mut(), &mut done);
-        for d in done.drain(..) {
-            if let Some(p) = st.pending.remove(&d.op) {
-                deliver(p, d);
-            }
-        }
-        st.scratch = done;
-        r.map_err(|e| {
-            warn(FI_LOG_DOMAIN, &format!("progress: {}", e.msg));
-            e.errno
-        })
+        let r = how(st.backend.as_mut(), &mut st.scratch);
+        deliver_all(&mut st.pending, &mut st.scratch);
+        r.map_err(progress_error)
     }
+}
+
+fn deliver_all(pending: &mut HashMap<OpId, Pending>, done: &mut Vec<Done>) {
+    for d in done.drain(..) {
+        if let Some(p) = pending.remove(&d.op) {
+            deliver(p, d);
+        }
+    }
+}
+
+fn progress_error(e: BackendError) -> i32 {
+    warn(FI_LOG_DOMAIN, &format!("progress: {}", e.msg));
+    e.errno
 }
 
 fn deliver(p: Pending, d: Done) {

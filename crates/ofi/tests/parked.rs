@@ -1,16 +1,35 @@
 //! tests/c/parked.c: two processes of one host through the provider over shared memory, where
 //! a CQ poll serves a lone small receive straight from the ring; checks that such a receive
 //! keeps every matching rule of a posted one (order, probe, cancel, truncation, rendezvous,
-//! messages that came first, another tag ahead in the ring, CQ data and source).
+//! messages that came first, another tag ahead in the ring, a send in flight, zero-length, CQ
+//! data and source), and that the path was taken at all.
 
 mod common;
+use std::process::Command;
 
 #[test]
 fn parked_receives_keep_the_matching_rules() {
     let dir = common::provider_dir();
     let exe = common::compile_c(&dir, "parked");
-    let (ok, text) = common::run_c(&exe, &dir, &[], &"5a".repeat(32));
-    assert!(ok, "parked failed:\n{text}");
+    let out = Command::new(&exe)
+        .env("FI_PROVIDER_PATH", &dir)
+        .env("HX_JOB_SECRET", "5a".repeat(32))
+        .env("HX_LOG", "debug")
+        .output()
+        .expect("run tests/c/parked");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "parked failed:\n{text}");
     assert!(text.contains("parked ok"), "{text}");
+    // Both processes served receives from the ring (each says so once).
+    assert_eq!(
+        text.matches("a receive was served straight from shared memory")
+            .count(),
+        2,
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

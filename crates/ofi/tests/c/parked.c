@@ -3,7 +3,8 @@
  * every rule of a posted one: receives match in the order they were posted and messages in the
  * order they were sent, a probe does not see what a posted receive takes, cancel, truncation,
  * large messages, messages that came first, another tag ahead in the ring, a send of its own
- * in flight, CQ data and source.
+ * in flight, cancel after it was posted behind a second receive, zero-length, CQ data and
+ * source.
  * Usage: FI_PROVIDER_PATH=<dir> HX_JOB_SECRET=<hex> ./parked */
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,12 +173,16 @@ static int receiver(void)
 	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 2, 0, &c1));
 	CHECK(fi_trecv(ep, b2, sizeof b2, NULL, peer, 2, 0, &c2));
 	CHECK(signal_peer());
+	int got_c1 = 0, got_c2 = 0;
 	for (int k = 0; k < 2; k++) {
 		EXPECT(poll_one(&e, NULL) == 1);
-		if (e.op_context == &c1)
-			EXPECT(!strcmp(b1, "first"));
-		else
-			EXPECT(e.op_context == &c2 && !strcmp(b2, "second"));
+		if (e.op_context == &c1) {
+			EXPECT(!got_c1 && !strcmp(b1, "first"));
+			got_c1 = 1;
+		} else {
+			EXPECT(e.op_context == &c2 && !got_c2 && !strcmp(b2, "second"));
+			got_c2 = 1;
+		}
 	}
 	/* One receive, two messages: the first sent. */
 	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, FI_ADDR_UNSPEC, 3, 0, &c1));
@@ -291,6 +296,25 @@ static int receiver(void)
 	EXPECT(got_small && got_send);
 	free(out);
 
+	/* 10. Cancel of a receive that was held, then posted behind a second one. */
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 14, 0, &c1));
+	CHECK(fi_trecv(ep, b2, sizeof b2, NULL, peer, 14, 0, &c2));
+	CHECK(fi_cancel(&ep->fid, &c1));
+	EXPECT(poll_one(&e, NULL) == -FI_EAVAIL);
+	memset(&err, 0, sizeof err);
+	EXPECT(fi_cq_readerr(cq, &err, 0) == 1);
+	EXPECT(err.op_context == &c1 && err.err == FI_ECANCELED);
+	EXPECT(fi_cancel(&ep->fid, &c1) == -FI_ENOENT);
+	CHECK(signal_peer());
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c2 && !strcmp(b2, "r2"));
+
+	/* 11. A zero-length message into a zero-length receive without a buffer. */
+	CHECK(fi_trecv(ep, NULL, 0, NULL, peer, 15, 0, &c1));
+	CHECK(signal_peer());
+	EXPECT(poll_one(&e, &src) == 1);
+	EXPECT(e.op_context == &c1 && e.len == 0 && e.tag == 15 && src == peer);
+
 	CHECK(signal_peer());
 	CHECK(wait_peer());
 	return close_all();
@@ -356,6 +380,10 @@ static int sender(void)
 	for (int i = 0; i < BIG; i++)
 		EXPECT(big[i] == (unsigned char)(i * 13 + 1));
 	free(big);
+	CHECK(wait_peer());
+	CHECK(send_done("r2", 3, 14));
+	CHECK(wait_peer());
+	CHECK(send_done(NULL, 0, 15));
 	/* Stay until the receiver is done (its last receives may need this side's progress). */
 	CHECK(wait_peer());
 	CHECK(close_all());
