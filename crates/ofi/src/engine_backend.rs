@@ -30,7 +30,12 @@ struct Op {
     cap: usize,
     /// A discard: completes silently.
     discard: bool,
+    /// The fi endpoint of a receive still to be matched (closing it cancels the receive);
+    /// `NO_EP` for sends and claimed messages.
+    ep: u16,
 }
+
+const NO_EP: u16 = u16::MAX;
 
 /// A receive the backend holds instead of posting it to the engine, while nothing else is
 /// posted or waiting on its endpoint and shared memory alone can answer it: each poll of the CQ
@@ -299,7 +304,7 @@ impl EngineBackend {
         match unsafe { self.eng_mut().irecv_filtered(p.ep, p.filter, buf) } {
             Ok(req) => {
                 self.renamed.insert(p.op, req.to_u64());
-                self.track(req, recv_op(p.op, p.len));
+                self.track(req, recv_op(p.op, p.len, p.ep / 2));
             }
             Err(e) => self.failed.push(Done {
                 op: p.op,
@@ -406,16 +411,18 @@ fn send_op(req: Request) -> Op {
         is_recv: false,
         cap: 0,
         discard: false,
+        ep: NO_EP,
     }
 }
 
-/// What a receive into `cap` bytes is tracked as.
-fn recv_op(id: OpId, cap: usize) -> Op {
+/// What a receive of fi endpoint `ep` (or `NO_EP`) into `cap` bytes is tracked as.
+fn recv_op(id: OpId, cap: usize, ep: u16) -> Op {
     Op {
         id,
         is_recv: true,
         cap,
         discard: false,
+        ep,
     }
 }
 
@@ -437,6 +444,22 @@ impl Backend for EngineBackend {
         // A receive parked on this endpoint goes with it, as its pending entry does.
         if self.parked.as_ref().is_some_and(|p| p.ep / 2 == ep) {
             self.parked = None;
+        }
+        // Receives still posted there can no longer complete (their pending entries go with
+        // the endpoint): take them out of matching, so that a message arriving later is not
+        // written into a buffer the application may already have freed.
+        let posted: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, o)| o.is_recv && o.ep == ep)
+            .map(|(&req, _)| req)
+            .collect();
+        for req in posted {
+            if self.eng_mut().cancel_recv(Request::from_u64(req)) {
+                if let Some(o) = self.ops.remove(&req) {
+                    self.renamed.remove(&o.id);
+                }
+            }
         }
         self.eng_mut()
             .close_endpoint(engine_eps(ep, true))
@@ -522,7 +545,7 @@ impl Backend for EngineBackend {
             .eng_mut()
             .irecv_filtered(e, filter, EngineBuf::Raw { ptr, len })
             .map_err(|e| err(FI_EINVAL, e))?;
-        Ok(self.track(req, recv_op(req.to_u64(), len)))
+        Ok(self.track(req, recv_op(req.to_u64(), len, ep)))
     }
 
     fn peek(
@@ -583,7 +606,7 @@ impl Backend for EngineBackend {
             .eng_mut()
             .irecv_claimed(claim, EngineBuf::Raw { ptr, len })
             .map_err(|e| err(FI_EINVAL, e))?;
-        Ok(self.track(req, recv_op(req.to_u64(), len)))
+        Ok(self.track(req, recv_op(req.to_u64(), len, NO_EP)))
     }
 
     fn discard_claimed(&mut self, claim: u64) -> Result<Found, BackendError> {
@@ -599,7 +622,7 @@ impl Backend for EngineBackend {
             req,
             Op {
                 discard: true,
-                ..recv_op(req.to_u64(), 0)
+                ..recv_op(req.to_u64(), 0, NO_EP)
             },
         );
         Ok(f)
@@ -838,6 +861,41 @@ mod tests {
             Some("5000")
         );
         assert_eq!(with_provider_default(&none, "HX_POLICY"), None);
+    }
+
+    #[test]
+    fn closing_an_endpoint_takes_its_receives_out_of_matching() {
+        let cfg = BackendConfig {
+            settings: vec![("HX_ALLOW_NO_SECRET".into(), "1".into())],
+            auth_key: None,
+        };
+        let mut b = EngineBackend::new(&cfg).unwrap();
+        let (a, c) = (b.open_ep().unwrap(), b.open_ep().unwrap());
+        let to_c = b.insert(&b.name(c)).unwrap();
+        let mut buf = vec![0u8; 16];
+        // SAFETY: `buf` outlives the backend's use of it (cancelled at close, checked below).
+        let op = unsafe { b.recv(c, true, None, 7, 0, buf.as_mut_ptr(), buf.len()) }.unwrap();
+        b.close_ep(c).unwrap();
+        let to = SendTo {
+            ep: a,
+            tagged: true,
+            peer: to_c,
+            tag: 7,
+            data: None,
+        };
+        b.inject(to, b"written after close".to_vec()).unwrap();
+        let mut done = Vec::new();
+        for _ in 0..200 {
+            b.progress(&mut done).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(done.iter().all(|d| d.op != op), "{:?}", done.len());
+        assert_eq!(
+            buf,
+            vec![0u8; 16],
+            "a closed endpoint's receive was written"
+        );
+        assert!(b.ops.is_empty());
     }
 
     #[test]
