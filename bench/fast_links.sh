@@ -6,6 +6,9 @@
 #
 #   sudo RUNS=3 bench/fast_links.sh            # RAILS="1 4" SIZES=64k:4M HXCOMM=target/release/hxcomm
 #
+# BEFORE=/path/to/an/older/hxcomm adds a column "before": the adaptive policy of that build, run in
+# turn with the others (before/after comparisons on a machine whose speed drifts between runs).
+#
 # Takes /tmp/hxcomm-bench.lock for the whole run (the machine has 2 cores: one measurement at
 # a time) and brings its testbed (`fl`) down on exit.
 set -euo pipefail
@@ -16,6 +19,10 @@ SIZES=${SIZES:-64k:4M}
 H=$(realpath "${HXCOMM:-target/release/hxcomm}")
 NAME=fl
 POLICIES="adaptive stripe rr bind"
+if [ -n "${BEFORE:-}" ]; then
+  B=$(realpath "$BEFORE")
+  POLICIES="$POLICIES before"
+fi
 raw=$(mktemp)
 trap '"$H" net down --name $NAME >/dev/null 2>&1 || true; rm -f "$raw"' EXIT
 
@@ -26,7 +33,9 @@ for r in $RAILS; do
   "$H" net up --name $NAME --hosts 2 --rails "$r" --rate none >/dev/null
   for i in $(seq "$RUNS"); do
     for p in $POLICIES; do
-      "$H" run --net --name $NAME -n 2 --policy "$p" -- "$H" bench bw --sizes "$SIZES" --json |
+      bin=$H pol=$p
+      [ "$p" = before ] && bin=$B pol=adaptive
+      "$bin" run --net --name $NAME -n 2 --policy "$pol" -- "$bin" bench bw --sizes "$SIZES" --json |
         python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -51,15 +60,16 @@ for line in open(raw):
     cpu[(r, p, int(size))].append(float(c))
 for r in sorted({k[0] for k in bw}, key=int):
     sizes = sorted({k[2] for k in bw if k[0] == r})
+    ratios = ["adaptive"] + (["before"] if "before" in policies else [])
     print(f"\n{r} rail(s): MB/s (CPU-s/GB), adaptive / fastest fixed policy\n")
-    print("| size | " + " | ".join(policies) + " | adaptive / best |")
-    print("|---:|" + "---:|" * (len(policies) + 1))
+    print("| size | " + " | ".join(policies) + " | " + " | ".join(f"{p} / best" for p in ratios) + " |")
+    print("|---:|" + "---:|" * (len(policies) + len(ratios)))
     for s in sizes:
         med = {p: statistics.median(bw[(r, p, s)]) for p in policies}
         cells = [f"{med[p]:.0f} ({statistics.median(cpu[(r, p, s)]):.2f})" for p in policies]
-        best = max(med[p] for p in policies if p != "adaptive")
+        best = max(med[p] for p in policies if p not in ("adaptive", "before"))
         label = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
-        print(f"| {label} | " + " | ".join(cells) + f" | {med['adaptive'] / best:.2f} |")
+        print(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(f"{med[p] / best:.2f}" for p in ratios) + " |")
 print("\nraw runs (rails run policy bytes MB/s CPU-s/GB):")
 print(open(raw).read(), end="")
 EOF
