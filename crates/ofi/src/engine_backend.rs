@@ -306,16 +306,7 @@ impl EngineBackend {
                 self.renamed.insert(p.op, req.to_u64());
                 self.track(req, recv_op(p.op, p.len, p.ep / 2));
             }
-            Err(e) => self.failed.push(Done {
-                op: p.op,
-                is_recv: true,
-                len: 0,
-                msg_len: 0,
-                tag: 0,
-                data: None,
-                src: None,
-                error: Some((FI_EIO, format!("hxcomm: {e}"))),
-            }),
+            Err(e) => self.failed.push(failed_op(p.op, true, e)),
         }
     }
 
@@ -402,6 +393,20 @@ struct Route {
     rank: Rank,
     dst_ep: u16,
     tag: u64,
+}
+
+/// The completion of an operation the engine failed.
+fn failed_op(op: OpId, is_recv: bool, e: impl std::fmt::Display) -> Done {
+    Done {
+        op,
+        is_recv,
+        len: 0,
+        msg_len: 0,
+        tag: 0,
+        data: None,
+        src: None,
+        error: Some((FI_EIO, format!("hxcomm: {e}"))),
+    }
 }
 
 /// What a send is tracked as.
@@ -730,16 +735,7 @@ impl Backend for EngineBackend {
                     src: None,
                     error: None,
                 },
-                Err(e) => Done {
-                    op,
-                    is_recv: o.is_recv,
-                    len: 0,
-                    msg_len: 0,
-                    tag: 0,
-                    data: None,
-                    src: None,
-                    error: Some((FI_EIO, format!("hxcomm: {e}"))),
-                },
+                Err(e) => failed_op(op, o.is_recv, e),
             };
             out.push(d);
         }

@@ -62,10 +62,23 @@ pub fn compile_c(dir: &Path, name: &str) -> PathBuf {
 /// whether it exited 0, and its stdout followed by its stderr.
 #[allow(dead_code)] // not every test binary runs a C program this way
 pub fn run_c(exe: &Path, dir: &Path, args: &[&str], secret: &str) -> (bool, String) {
+    run_c_env(exe, dir, args, secret, &[])
+}
+
+/// [`run_c`] with more environment variables.
+#[allow(dead_code)] // not every test binary runs a C program this way
+pub fn run_c_env(
+    exe: &Path,
+    dir: &Path,
+    args: &[&str],
+    secret: &str,
+    env: &[(&str, &str)],
+) -> (bool, String) {
     let out = std::process::Command::new(exe)
         .args(args)
         .env("FI_PROVIDER_PATH", dir)
         .env("HX_JOB_SECRET", secret)
+        .envs(env.iter().copied())
         .output()
         .expect("run the C test");
     let text = format!(
