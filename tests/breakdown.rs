@@ -124,12 +124,19 @@ fn check(lines: &[Value], transport: &str, parts: &[&str], block_parts: &[&str])
             }
             summarised += 1;
             check_parts(r, &what, want);
-            roughly(
-                &format!("{what}: sum of medians vs its median total"),
-                r["sum_p50_us"].as_f64().unwrap(),
-                r["total_p50_us"].as_f64().unwrap(),
-                l,
-            );
+            // Medians add up only for a population of one shape: the messages of the larger
+            // group. The smaller one mixes messages that just missed the receiver's sleep with
+            // ones that found it spinning (a CI run: 113 "awake" of 600, parts' medians 12.6
+            // against a median total of 7.6 us, their means 10.11 against 10.11); its means
+            // are checked below, as are everyone's.
+            if r["fraction"].as_f64().unwrap() >= 0.5 {
+                roughly(
+                    &format!("{what}: sum of medians vs its median total"),
+                    r["sum_p50_us"].as_f64().unwrap(),
+                    r["total_p50_us"].as_f64().unwrap(),
+                    l,
+                );
+            }
             roughly(
                 &format!("{what}: sum of means vs its mean total"),
                 r["sum_mean_us"].as_f64().unwrap(),
