@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Same-host 8-byte latency through Open MPI: vader (pml ob1, btl vader) against Open MPI over
+# the hxcomm provider (pml cm, mtl ofi), one or more provider builds, RUNS interleaved rounds,
+# both ranks pinned (--bind-to core); medians and per-round figures (BENCHMARKS.md, "Through
+# Open MPI and the provider again").
+#
+#   sudo RUNS=5 bash bench/provider_shm_latency.sh [label:dir ...]
+#
+# Each dir holds a libhxcomm_fi.so (default: now:target/release). SIZE (default 8) and ITERS
+# (default 50000) set the message. Takes /tmp/hxcomm-bench.lock and /tmp/hxcomm-cargo.lock
+# (no build may run beside it on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-5}
+SIZE=${SIZE:-8}
+ITERS=${ITERS:-50000}
+[ $# -gt 0 ] || set -- "now:$PWD/target/release"
+out=$(mktemp -d /tmp/provider_shm_latency.XXXXXX)
+mpicc.openmpi -O2 -o "$out/osu" bench/mpi_osu.c
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+exec 9>/tmp/hxcomm-bench.lock
+flock 9
+exec 8>/tmp/hxcomm-cargo.lock
+flock 8
+test="latency:$SIZE:$ITERS:1000"
+usec() { grep -o "usec=[0-9.]*" | cut -d= -f2; }
+for i in $(seq "$RUNS"); do
+  v=$(mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl vader,self "$out/osu" "$test" 2>/dev/null | usec)
+  echo "vader ${v:-nan}"
+  for c in "$@"; do
+    label=${c%%:*}
+    dir=$(realpath "${c#*:}")
+    v=$(timeout 120 mpirun.openmpi -np 2 --bind-to core --mca pml cm --mca mtl ofi \
+      --mca mtl_ofi_provider_include hxcomm -x FI_PROVIDER_PATH="$dir" "$out/osu" "$test" \
+      2>/dev/null | usec)
+    echo "$label ${v:-nan}"
+  done
+done | tee "$out/raw.txt" | python3 -c '
+import statistics, sys
+runs = {}
+for line in sys.stdin:
+    k, v = line.split()
+    runs.setdefault(k, []).append(float(v))
+base = statistics.median(runs["vader"])
+for k, v in runs.items():
+    m = statistics.median(v)
+    print(f"{k:12} median {m:.3f} us  {m / base:.2f}x vader  per round: {v}")
+'
+echo "raw output in $out"
