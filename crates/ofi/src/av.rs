@@ -9,7 +9,7 @@ use crate::sys::*;
 use crate::util::*;
 use libc::{c_char, c_int, c_void};
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 #[derive(Default)]
@@ -29,7 +29,13 @@ pub struct AvShared {
     inner: RwLock<Inner>,
     /// Endpoints bound to this AV.
     pub bound: AtomicUsize,
+    /// Changes with every remove, to a value no AV ever had (`AV_GENERATIONS`): what a cached
+    /// lookup of this AV is valid for.
+    gen: AtomicU64,
 }
+
+/// Generations of all AVs: each value is given out once.
+static AV_GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 impl AvShared {
     pub fn new(domain: Arc<DomainShared>, kind: c_int) -> Arc<Self> {
@@ -38,6 +44,7 @@ impl AvShared {
             domain,
             inner: RwLock::default(),
             bound: AtomicUsize::new(0),
+            gen: AtomicU64::new(AV_GENERATIONS.fetch_add(1, Ordering::Relaxed)),
         })
     }
 
@@ -47,6 +54,11 @@ impl AvShared {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current generation (see `gen`).
+    pub fn generation(&self) -> u64 {
+        self.gen.load(Ordering::Acquire)
     }
 
     /// The peer an fi_addr names, if it is live in this AV.
@@ -117,6 +129,11 @@ impl AvShared {
             } else {
                 PeerId::try_from(a).map_err(|_| FI_EINVAL)?
             };
+            // Lookups cached before this remove are stale.
+            self.gen.store(
+                AV_GENERATIONS.fetch_add(1, Ordering::Relaxed),
+                Ordering::Release,
+            );
             let r = i.refs.get_mut(&peer).ok_or(FI_EINVAL)?;
             *r -= 1;
             if *r == 0 {

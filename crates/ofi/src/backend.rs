@@ -26,6 +26,17 @@ pub struct Done {
     pub error: Option<(i32, String)>,
 }
 
+/// What a CQ read's look at the backend found ([`Backend::poll_express`]).
+#[derive(Debug)]
+pub enum Polled {
+    /// A receive the backend held was served, without an engine round.
+    Served(Done),
+    /// Nothing arrived and no round is owed.
+    Nothing,
+    /// Make a full round: [`Backend::collect`], then [`Backend::progress`].
+    Progress,
+}
+
 /// A message found by peek.
 #[derive(Debug, Clone)]
 pub struct Found {
@@ -121,9 +132,11 @@ pub trait Backend: Send {
         // SAFETY: an owned buffer has no lifetime to keep.
         unsafe { self.send(to, SendBuf::Owned(copy)) }.map(Some)
     }
-    /// fi_inject* without the copy: sends `data` at once if it can leave without being
-    /// tracked (a small message to a peer with nothing queued); true if it did, as if
-    /// [`inject`](Self::inject)ed. False: nothing happened, inject a copy.
+    /// fi_inject* without the copy, or a send that is complete at once: sends `data` now if
+    /// it can leave without being tracked (a small message to a peer with nothing queued; what
+    /// the link does not take is queued as a copy); true if it did, as if
+    /// [`inject`](Self::inject)ed (a send's buffer is free again and it has succeeded as its
+    /// request would have). False: nothing happened, inject a copy or send as usual.
     fn inject_now(&mut self, _to: &SendTo, _data: &[u8]) -> Result<bool, BackendError> {
         Ok(false)
     }
@@ -183,6 +196,16 @@ pub trait Backend: Send {
     /// as it is written), with no syscall; progress() also does this.
     fn collect(&mut self, _out: &mut Vec<Done>) -> Result<(), BackendError> {
         Ok(())
+    }
+    /// Nothing finished without I/O: [`collect`](Self::collect) would append nothing.
+    fn idle(&self) -> bool {
+        false
+    }
+    /// A CQ read's poll when [`idle`](Self::idle): one look for the receive the backend holds
+    /// rather than posts, if any. `Progress` when it holds none or something else needs a
+    /// round (which the next [`progress`](Self::progress) then makes).
+    fn poll_express(&mut self) -> Polled {
+        Polled::Progress
     }
     /// Readable when progress() may have something to do; after progress() found nothing, it is safe to sleep in poll() on it.
     fn wait_fd(&self) -> i32;

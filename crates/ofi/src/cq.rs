@@ -3,7 +3,7 @@
 
 use crate::av::AvShared;
 use crate::backend::PeerId;
-use crate::domain::{self, DomainObj, DomainShared};
+use crate::domain::{self, DomainObj, DomainShared, Drive};
 use crate::fabric::{enosys_bind, enosys_ops_open, ptr};
 use crate::hints::MAX_ERR_DATA;
 use crate::sys::*;
@@ -43,6 +43,10 @@ pub struct CqShared {
     signal_fd: i32,
     /// Endpoints bound to this CQ: closing it before them is -FI_EBUSY.
     pub bound: AtomicUsize,
+    /// Entries queued, as of the last change of the queue (made under its lock): a read's poll
+    /// checks it under the domain lock alone (every push under that lock is then seen; one
+    /// without it, by another thread, is concurrent with the read anyway).
+    queued: AtomicUsize,
     /// The last read returned entries: consumers read again until -FI_EAGAIN (Open MPI's
     /// progress loop does), and that read need not poll the sockets it just polled.
     just_delivered: AtomicBool,
@@ -118,12 +122,20 @@ impl CqShared {
             q: Mutex::default(),
             signal_fd,
             bound: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
             just_delivered: AtomicBool::new(false),
         }))
     }
 
+    /// No entry is queued (see `queued`).
+    pub(crate) fn queue_empty(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+    }
+
     pub fn push(&self, e: Entry) {
-        lock(&self.q).entries.push_back(e);
+        let mut q = lock(&self.q);
+        q.entries.push_back(e);
+        self.queued.store(q.entries.len(), Ordering::Release);
     }
 
     /// After progress: true when nothing is queued (fi_trywait may then sleep on the fd).
@@ -147,9 +159,32 @@ impl CqShared {
         // of the sockets; and the read right after one that delivered only collects: in an
         // MPI ping-pong that poll came between a receive's completion and the next send, one
         // epoll_wait per round trip on the critical path. Every other read polls.
-        let delivered_last = self.just_delivered.swap(false, Ordering::Relaxed);
-        self.domain
-            .collect_or_progress(|| !delivered_last && lock(&self.q).entries.is_empty())?;
+        let delivered_last = self.just_delivered.load(Ordering::Relaxed);
+        if delivered_last {
+            self.just_delivered.store(false, Ordering::Relaxed);
+        }
+        let format = self.format;
+        let drive = self
+            .domain
+            .read_drive(self, delivered_last, count, |i, e| {
+                // Receives served straight from the backend, for this CQ, whose queue is empty:
+                // as if pushed and popped.
+                write_entry(format, buf, i, &e);
+                if !src.is_null() {
+                    *src.add(i) = e
+                        .src
+                        .as_ref()
+                        .map_or(FI_ADDR_NOTAVAIL, |(av, p)| av.fi_addr_of(*p));
+                }
+            })?;
+        match drive {
+            Drive::Served(n) => {
+                self.just_delivered.store(true, Ordering::Relaxed);
+                return Ok(n);
+            }
+            Drive::Empty => return Err(FI_EAGAIN),
+            Drive::Queue => {}
+        }
         let mut q = lock(&self.q);
         q.err_data = None;
         match q.entries.front() {
@@ -169,6 +204,7 @@ impl CqShared {
             }
             n += 1;
         }
+        self.queued.store(q.entries.len(), Ordering::Release);
         self.just_delivered.store(n > 0, Ordering::Relaxed);
         Ok(n)
     }
@@ -187,6 +223,7 @@ impl CqShared {
             return Err(FI_EAGAIN);
         }
         let e = q.entries.pop_front().unwrap();
+        self.queued.store(q.entries.len(), Ordering::Release);
         let (err, olen, msg) = e.err.unwrap();
         let mut msg = msg.replace('\0', " ");
         if msg.len() >= MAX_ERR_DATA {

@@ -30,6 +30,17 @@ pub struct DomainShared {
     pub api_version: u32,
 }
 
+/// What a CQ read's drive ([`DomainShared::read_drive`]) leaves the read to do.
+pub enum Drive {
+    /// This many entries of served receives went to the read's `emit` (the CQ's queue was
+    /// empty): return them.
+    Served(usize),
+    /// The queue is empty: -FI_EAGAIN.
+    Empty,
+    /// Read the queue.
+    Queue,
+}
+
 /// Whether a finished operation produces a CQ entry.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Report {
@@ -51,9 +62,67 @@ pub struct Pending {
     pub ep: u16,
 }
 
+/// The operations in flight by id. The latest one goes into a slot of its own while that is
+/// free, as a ping-pong's one receive does: no hashing on its way in or out.
+#[derive(Default)]
+pub struct PendingMap {
+    hot: Option<(OpId, Pending)>,
+    rest: HashMap<OpId, Pending>,
+}
+
+impl PendingMap {
+    pub fn insert(&mut self, op: OpId, p: Pending) {
+        match &self.hot {
+            None => self.hot = Some((op, p)),
+            Some(_) => {
+                self.rest.insert(op, p);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, op: &OpId) -> Option<Pending> {
+        match &self.hot {
+            Some((h, _)) if h == op => self.hot.take().map(|(_, p)| p),
+            _ => self.rest.remove(op),
+        }
+    }
+
+    pub fn retain(&mut self, mut keep: impl FnMut(&OpId, &Pending) -> bool) {
+        if self.hot.as_ref().is_some_and(|(op, p)| !keep(op, p)) {
+            self.hot = None;
+        }
+        self.rest.retain(|op, p| keep(op, p));
+    }
+
+    /// The id of an operation that `pred` takes.
+    pub fn find(&self, mut pred: impl FnMut(&Pending) -> bool) -> Option<OpId> {
+        self.hot
+            .iter()
+            .map(|(op, p)| (op, p))
+            .chain(self.rest.iter())
+            .find(|(_, p)| pred(p))
+            .map(|(op, _)| *op)
+    }
+
+    pub fn clear(&mut self) {
+        self.hot = None;
+        self.rest.clear();
+    }
+}
+
+/// The last address an endpoint's operation looked up, under the domain lock
+/// ([`crate::ep`]'s `peer_locked`): valid while its AV's generation is `gen`.
+#[derive(Clone, Copy)]
+pub struct AvCache {
+    pub gen: u64,
+    pub addr: fi_addr_t,
+    pub peer: PeerId,
+}
+
 pub struct DomainState {
     pub backend: Box<dyn Backend>,
-    pub pending: HashMap<OpId, Pending>,
+    pub av_cache: Option<AvCache>,
+    pub pending: PendingMap,
     /// How many AV entries (over all AVs of the domain) name each peer.
     pub peer_refs: HashMap<PeerId, usize>,
     scratch: Vec<Done>,
@@ -67,7 +136,8 @@ impl DomainShared {
             api_version,
             state: Mutex::new(DomainState {
                 backend,
-                pending: HashMap::default(),
+                av_cache: None,
+                pending: PendingMap::default(),
                 peer_refs: HashMap::default(),
                 scratch: Vec::new(),
             }),
@@ -85,19 +155,64 @@ impl DomainShared {
         self.drive(|b, done| b.progress_to_wait(done))
     }
 
-    /// A CQ read's drive, under one lock: delivers what finished without I/O (no syscall: a CQ
-    /// that then has entries need not poll the sockets before returning them) and then, if
-    /// `poll()` (asked after that delivery) says so, makes a progress round.
-    pub fn collect_or_progress(&self, poll: impl FnOnce() -> bool) -> Result<(), i32> {
+    /// A CQ read's drive of `cq`, under one lock: delivers what finished without I/O (no
+    /// syscall: a CQ that then has entries need not poll the sockets before returning them)
+    /// and then, unless the last read of `cq` delivered (`delivered_last`) or it has entries,
+    /// polls. When nothing finished, `cq` is empty and the backend holds receives
+    /// ([`Backend::poll_express`]), the poll looks for them, and up to `room` that it serves
+    /// for `cq` go to `emit` as the entries to return instead of through the queue: no
+    /// progress round, pending lookup by the finished list, or queue push and pop.
+    pub fn read_drive(
+        &self,
+        cq: &CqShared,
+        delivered_last: bool,
+        room: usize,
+        mut emit: impl FnMut(usize, Entry),
+    ) -> Result<Drive, i32> {
         let mut st = lock(&self.state);
         let st = &mut *st;
-        let mut r = st.backend.collect(&mut st.scratch);
-        deliver_all(&mut st.pending, &mut st.scratch);
-        if r.is_ok() && poll() {
-            r = st.backend.progress(&mut st.scratch);
-            deliver_all(&mut st.pending, &mut st.scratch);
+        if st.backend.idle() {
+            if delivered_last {
+                // Nothing to collect, and no poll right after a delivery.
+                return Ok(Drive::Queue);
+            }
+            if room > 0 && cq.queue_empty() {
+                let mut n = 0;
+                while n < room {
+                    match st.backend.poll_express() {
+                        Polled::Nothing if n == 0 => return Ok(Drive::Empty),
+                        Polled::Nothing => break,
+                        // A round is owed: the general path below (the next read's if this one
+                        // returns entries).
+                        Polled::Progress if n == 0 => return drive_read_round(st, cq, true),
+                        Polled::Progress => break,
+                        Polled::Served(d) => {
+                            let Some(p) = st.pending.remove(&d.op) else {
+                                continue;
+                            };
+                            if !p.cq.as_ref().is_some_and(|w| std::ptr::eq(w.as_ptr(), cq)) {
+                                // Another CQ's: its queue.
+                                deliver(p, d);
+                                break;
+                            }
+                            if let Some((_, e)) = entry_of(p, d) {
+                                emit(n, e);
+                                n += 1;
+                            }
+                            if !st.backend.idle() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                return Ok(if n > 0 {
+                    Drive::Served(n)
+                } else {
+                    Drive::Queue
+                });
+            }
         }
-        r.map_err(progress_error)
+        drive_read_round(st, cq, !delivered_last)
     }
 
     fn drive(
@@ -112,7 +227,19 @@ impl DomainShared {
     }
 }
 
-fn deliver_all(pending: &mut HashMap<OpId, Pending>, done: &mut Vec<Done>) {
+/// A CQ read's drive without the shortcut: collects, then (`poll`) makes a round if `cq` is
+/// still empty.
+fn drive_read_round(st: &mut DomainState, cq: &CqShared, poll: bool) -> Result<Drive, i32> {
+    let mut r = st.backend.collect(&mut st.scratch);
+    deliver_all(&mut st.pending, &mut st.scratch);
+    if r.is_ok() && poll && cq.queue_empty() {
+        r = st.backend.progress(&mut st.scratch);
+        deliver_all(&mut st.pending, &mut st.scratch);
+    }
+    r.map_err(progress_error).map(|()| Drive::Queue)
+}
+
+fn deliver_all(pending: &mut PendingMap, done: &mut Vec<Done>) {
     for d in done.drain(..) {
         if let Some(p) = pending.remove(&d.op) {
             deliver(p, d);
@@ -126,6 +253,15 @@ fn progress_error(e: BackendError) -> i32 {
 }
 
 fn deliver(p: Pending, d: Done) {
+    if let Some((Some(cq), e)) = entry_of(p, d) {
+        if let Some(cq) = cq.upgrade() {
+            cq.push(e);
+        }
+    }
+}
+
+/// The CQ entry of a finished operation and the CQ it goes to; None when it reports nothing.
+fn entry_of(p: Pending, d: Done) -> Option<(Option<Weak<CqShared>>, Entry)> {
     let mut flags = p.flags;
     if d.is_recv && d.data.is_some() {
         flags |= FI_REMOTE_CQ_DATA;
@@ -149,7 +285,7 @@ fn deliver(p: Pending, d: Done) {
         err: None,
     };
     match d.error {
-        None if p.report != Report::Always => return,
+        None if p.report != Report::Always => return None,
         None => {}
         Some((errno, msg)) => {
             // A failure without a context (fi_inject, Open MPI's Ssend ACK) cannot be matched
@@ -159,14 +295,12 @@ fn deliver(p: Pending, d: Done) {
                     FI_LOG_EP_DATA,
                     &format!("operation without completion failed: {msg}"),
                 );
-                return;
+                return None;
             }
             e.err = Some((errno, d.msg_len.saturating_sub(d.len), msg));
         }
     }
-    if let Some(cq) = p.cq.as_ref().and_then(Weak::upgrade) {
-        cq.push(e);
-    }
+    Some((p.cq, e))
 }
 
 /// HX_* settings and the auth key for a backend.

@@ -4,6 +4,7 @@
 //! connected on first use).
 
 use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 use hx_engine::{Engine, EngineBuf, Express, Filter, Rank, Request, Settings, TagMatch};
 
 use crate::backend::{
-    Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, SendBuf, SendTo, NAME_LEN,
+    Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, Polled, SendBuf, SendTo,
+    NAME_LEN,
 };
 use crate::sys::{FI_EACCES, FI_EINVAL, FI_EIO, FI_ENODATA, FI_ENOENT, FI_ENOSPC, FI_ETRUNC};
 
@@ -38,7 +40,8 @@ struct Op {
 const NO_EP: u16 = u16::MAX;
 
 /// A receive the backend holds instead of posting it to the engine, while nothing else is
-/// posted or waiting on its endpoint and shared memory alone can answer it: each poll of the CQ
+/// posted or waiting on its endpoint (other held receives aside, which come first) and shared
+/// memory alone can answer it: each poll of the CQ
 /// then looks at the rings for it ([`Engine::try_recv_express`]) and a small message lands in
 /// its buffer without an engine request, a full engine round or the completion bookkeeping,
 /// which were most of the instructions of a small receive through Open MPI. A poll makes an
@@ -59,7 +62,11 @@ struct Parked {
 
 const PARKED_BIT: u64 = 1 << 63;
 
+/// At most this many receives are parked at once; one more posts them all.
+const PARKED_MAX: usize = 256;
+
 /// What a CQ poll owes the engine after looking for the parked receive.
+#[derive(Clone, Copy)]
 enum Owed {
     /// Nothing: the receive was served, or nothing arrived and nothing is in flight.
     Nothing,
@@ -67,6 +74,12 @@ enum Owed {
     Round,
     /// A round that polls the sockets too ([`Engine::progress_polled_everything`]).
     FullRound,
+}
+
+/// One look for the parked receive: served, or what the poll owes.
+enum Look {
+    Taken(Done),
+    Owes(Owed),
 }
 
 /// Every this many polls with a parked receive, the clock is read: at least every
@@ -84,16 +97,26 @@ pub struct EngineBackend {
     next_ep: u16,
     peers: Vec<(Rank, u16)>,
     peer_ids: HashMap<(Rank, u16), PeerId>,
+    /// The last answer of `peer_id`.
+    last_peer: Option<((Rank, u16), PeerId)>,
     ops: HashMap<OpId, Op>,
     claims: HashMap<u64, Found>,
     finished: Vec<Request>,
-    parked: Option<Parked>,
+    /// Receives held instead of posted, in the order they were posted (all on one engine
+    /// endpoint): the first is the one looked for; the rest follow as it is served (a window
+    /// of receives, as a message-rate test posts).
+    parked: VecDeque<Parked>,
     next_parked: u64,
     parked_polls: u32,
+    /// What a look for the parked receive by [`Backend::poll_express`] left owed to the next
+    /// [`Backend::progress`] (which then does not look again).
+    owed: Option<Owed>,
     /// When a poll with a parked receive last made a full round.
     sockets_polled: Instant,
     /// A parked receive has been served (said once, at debug level).
     parked_logged: bool,
+    /// The same, with more held behind it.
+    parked_behind_logged: bool,
     /// Parked receives posted to the engine since: their id -> the engine request's.
     renamed: HashMap<OpId, u64>,
     /// Parked receives that could not be posted, reported by the next collect.
@@ -224,13 +247,16 @@ impl EngineBackend {
             next_ep: 1,
             peers: Vec::new(),
             peer_ids: HashMap::default(),
+            last_peer: None,
             ops: HashMap::default(),
             claims: HashMap::default(),
             finished: Vec::new(),
-            parked: None,
+            parked: VecDeque::new(),
             next_parked: 0,
             parked_polls: 0,
+            owed: None,
             parked_logged: false,
+            parked_behind_logged: false,
             sockets_polled: Instant::now(),
             renamed: HashMap::default(),
             failed: Vec::new(),
@@ -249,10 +275,18 @@ impl EngineBackend {
     /// The peer id of (engine peer, fi endpoint), made if new (senders not in any AV get one
     /// too; the AV then has no fi_addr for it).
     fn peer_id(&mut self, rank: Rank, k: u16) -> PeerId {
-        *self.peer_ids.entry((rank, k)).or_insert_with(|| {
+        // Ids never change: the last one answers a ping-pong's every message.
+        if let Some((key, id)) = self.last_peer {
+            if key == (rank, k) {
+                return id;
+            }
+        }
+        let id = *self.peer_ids.entry((rank, k)).or_insert_with(|| {
             self.peers.push((rank, k));
             (self.peers.len() - 1) as PeerId
-        })
+        });
+        self.last_peer = Some(((rank, k), id));
+        id
     }
 
     fn filter(
@@ -289,12 +323,15 @@ impl EngineBackend {
         id
     }
 
-    /// Posts the parked receive, if any, to the engine, keeping its id: from then on it is
-    /// matched, completed and cancelled as any other.
+    /// Posts the parked receives, if any, to the engine in the order they were posted, each
+    /// keeping its id: from then on they are matched, completed and cancelled as any other.
     fn unpark(&mut self) {
-        let Some(p) = self.parked.take() else {
-            return;
-        };
+        while let Some(p) = self.parked.pop_front() {
+            self.unpark_one(p);
+        }
+    }
+
+    fn unpark_one(&mut self, p: Parked) {
         let buf = EngineBuf::Raw {
             ptr: p.ptr as *mut u8,
             len: p.len,
@@ -310,17 +347,18 @@ impl EngineBackend {
         }
     }
 
-    /// One poll for the parked receive (see [`Parked`]): what else this poll owes.
-    fn poll_parked(&mut self, out: &mut Vec<Done>) -> Owed {
-        let Some(p) = &self.parked else {
-            return Owed::Round;
+    /// One poll for the first parked receive (see [`Parked`]): served, or what else this poll
+    /// owes.
+    fn poll_parked(&mut self) -> Look {
+        let Some(p) = self.parked.front() else {
+            return Look::Owes(Owed::Round);
         };
         self.parked_polls = self.parked_polls.wrapping_add(1);
         if self.parked_polls.is_multiple_of(PARKED_FULL_ROUND)
             && self.sockets_polled.elapsed() >= PARKED_SOCKET_INTERVAL
         {
             self.sockets_polled = Instant::now();
-            return Owed::FullRound;
+            return Look::Owes(Owed::FullRound);
         }
         let (ep, filter, ptr, len) = (p.ep, p.filter, p.ptr, p.len);
         let buf: &mut [u8] = if len == 0 {
@@ -332,9 +370,20 @@ impl EngineBackend {
         };
         match self.eng_mut().try_recv_express(ep, filter, buf) {
             Express::Taken(st) => {
-                let p = self.parked.take().expect("parked");
+                let p = self.parked.pop_front().expect("parked");
                 let src = Some(self.peer_id(st.source, st.src_ep / 2));
-                out.push(Done {
+                if !self.parked_logged {
+                    self.parked_logged = true;
+                    tracing::debug!("hxcomm: a receive was served straight from shared memory");
+                }
+                if !self.parked_behind_logged && !self.parked.is_empty() {
+                    self.parked_behind_logged = true;
+                    tracing::debug!(
+                        "hxcomm: receives were held at once, the first served from shared \
+                         memory"
+                    );
+                }
+                Look::Taken(Done {
                     op: p.op,
                     is_recv: true,
                     len: st.len,
@@ -343,16 +392,28 @@ impl EngineBackend {
                     data: st.data,
                     src,
                     error: None,
-                });
-                if !self.parked_logged {
-                    self.parked_logged = true;
-                    tracing::debug!("hxcomm: a receive was served straight from shared memory");
-                }
-                Owed::Nothing
+                })
             }
-            Express::Empty => Owed::Nothing,
-            Express::Other => Owed::Round,
+            Express::Empty => Look::Owes(Owed::Nothing),
+            Express::Other => Look::Owes(Owed::Round),
         }
+    }
+
+    /// May the parked receives stay parked after a round? Not once a message is queued on
+    /// their endpoint or a peer they name failed. (They share the endpoint: one look per
+    /// source named.)
+    fn parked_still_possible(&self) -> bool {
+        let mut last: Option<Option<Rank>> = None;
+        for p in &self.parked {
+            if last == Some(p.filter.src) {
+                continue;
+            }
+            if !self.eng().express_possible(p.ep, &p.filter) {
+                return false;
+            }
+            last = Some(p.filter.src);
+        }
+        true
     }
 
     /// The part of fi_send and fi_inject that starts the engine's send.
@@ -446,10 +507,8 @@ impl Backend for EngineBackend {
     }
 
     fn close_ep(&mut self, ep: u16) -> Result<(), BackendError> {
-        // A receive parked on this endpoint goes with it, as its pending entry does.
-        if self.parked.as_ref().is_some_and(|p| p.ep / 2 == ep) {
-            self.parked = None;
-        }
+        // Receives parked on this endpoint go with it, as their pending entries do.
+        self.parked.retain(|p| p.ep / 2 != ep);
         // Receives still posted there can no longer complete (their pending entries go with
         // the endpoint): take them out of matching, so that a message arriving later is not
         // written into a buffer the application may already have freed.
@@ -531,13 +590,16 @@ impl Backend for EngineBackend {
         len: usize,
     ) -> Result<OpId, BackendError> {
         let filter = self.filter(ep, tagged, src, tag, ignore)?;
-        // Receives match in the order they were posted: an earlier parked one goes first.
-        self.unpark();
         let e = engine_eps(ep, tagged);
-        if self.eng().express_possible(e, &filter) {
+        // Held behind those already held (on the same endpoint, up to PARKED_MAX), or posted
+        // after them: receives match in the order they were posted.
+        let park = self.parked.len() < PARKED_MAX
+            && self.parked.front().is_none_or(|p| p.ep == e)
+            && self.eng().express_possible(e, &filter);
+        if park {
             let op = PARKED_BIT | self.next_parked;
             self.next_parked = (self.next_parked + 1) & !PARKED_BIT;
-            self.parked = Some(Parked {
+            self.parked.push_back(Parked {
                 op,
                 ep: e,
                 filter,
@@ -546,6 +608,7 @@ impl Backend for EngineBackend {
             });
             return Ok(op);
         }
+        self.unpark();
         let req = self
             .eng_mut()
             .irecv_filtered(e, filter, EngineBuf::Raw { ptr, len })
@@ -634,8 +697,8 @@ impl Backend for EngineBackend {
     }
 
     fn cancel(&mut self, op: OpId) -> bool {
-        if self.parked.as_ref().is_some_and(|p| p.op == op) {
-            self.parked = None;
+        if let Some(i) = self.parked.iter().position(|p| p.op == op) {
+            self.parked.remove(i);
             return true;
         }
         let req = self.renamed.get(&op).copied().unwrap_or(op);
@@ -653,17 +716,23 @@ impl Backend for EngineBackend {
     fn progress(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
         // Consumers poll the CQ in a loop: while bulk data is in flight, wait for it briefly
         // in epoll rather than spin (HX_BULK_WAIT_US).
-        let r = match self.poll_parked(out) {
+        let owed = match self.owed.take() {
+            Some(o) => o,
+            None => match self.poll_parked() {
+                Look::Taken(d) => {
+                    out.push(d);
+                    Owed::Nothing
+                }
+                Look::Owes(o) => o,
+            },
+        };
+        let r = match owed {
             Owed::Nothing => return self.collect(out),
             Owed::Round => self.eng_mut().progress_polled(),
             Owed::FullRound => self.eng_mut().progress_polled_everything(),
         };
         r.map_err(|e| err(FI_EIO, e))?;
-        if self
-            .parked
-            .as_ref()
-            .is_some_and(|p| !self.eng().express_possible(p.ep, &p.filter))
-        {
+        if !self.parked_still_possible() {
             // A message queued on its endpoint, or its peer failed: the engine decides.
             self.unpark();
         }
@@ -672,9 +741,28 @@ impl Backend for EngineBackend {
 
     fn progress_to_wait(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
         // Only the engine's requests wake the wait fd.
+        self.owed = None;
         self.unpark();
         self.eng_mut().progress().map_err(|e| err(FI_EIO, e))?;
         self.collect(out)
+    }
+
+    fn idle(&self) -> bool {
+        self.failed.is_empty() && !self.eng().has_finished()
+    }
+
+    fn poll_express(&mut self) -> Polled {
+        if self.parked.is_empty() || self.owed.is_some() {
+            return Polled::Progress;
+        }
+        match self.poll_parked() {
+            Look::Taken(d) => Polled::Served(d),
+            Look::Owes(Owed::Nothing) => Polled::Nothing,
+            Look::Owes(o) => {
+                self.owed = Some(o);
+                Polled::Progress
+            }
+        }
     }
 
     fn collect(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {

@@ -3,7 +3,7 @@
 use crate::av::{AvObj, AvShared};
 use crate::backend::{Found, OpId, PeerId, SendBuf, SendTo, NAME_LEN};
 use crate::cq::{CqObj, CqShared, Entry};
-use crate::domain::{self, DomainObj, DomainShared, Pending, Report};
+use crate::domain::{self, AvCache, DomainObj, DomainShared, DomainState, Pending, Report};
 use crate::fabric::{enosys_ops_open, ptr};
 use crate::hints::{self, INJECT_SIZE};
 use crate::sys::*;
@@ -342,6 +342,28 @@ impl EpObj {
         })
     }
 
+    /// [`peer`](Self::peer) under the domain lock, through the domain's one-entry cache (a
+    /// ping-pong's every send and receive name the same address): no AV lock on a hit. An entry
+    /// holds while its AV's generation is unchanged (every remove changes it, and no two AVs
+    /// ever share one).
+    fn peer_locked(
+        &self,
+        st: &mut DomainState,
+        b: &Bound,
+        a: fi_addr_t,
+        what: &str,
+    ) -> Result<PeerId, i32> {
+        let gen = b.av.generation();
+        if let Some(c) = st.av_cache {
+            if c.addr == a && c.gen == gen {
+                return Ok(c.peer);
+            }
+        }
+        let peer = self.peer(b, a, what)?;
+        st.av_cache = Some(AvCache { gen, addr: a, peer });
+        Ok(peer)
+    }
+
     unsafe fn send(&self, a: SendArgs) -> Result<isize, i32> {
         let b = self.bound()?;
         if a.len > self.d.max_msg {
@@ -355,10 +377,11 @@ impl EpObj {
         if a.len > 0 && a.buf.is_null() {
             return Err(FI_EINVAL);
         }
+        let mut st = lock(&self.d.state);
         let to = SendTo {
             ep: self.id,
             tagged: a.tagged,
-            peer: self.peer(b, a.dest, "send")?,
+            peer: self.peer_locked(&mut st, b, a.dest, "send")?,
             tag: a.tag,
             data: a.data,
         };
@@ -371,7 +394,6 @@ impl EpObj {
         };
         if a.inject {
             // fi_inject*: no completion, ever; the backend forgets it once it is written.
-            let mut st = lock(&self.d.state);
             let data = if a.len == 0 {
                 &[][..]
             } else {
@@ -404,6 +426,39 @@ impl EpObj {
             }
             return Ok(0);
         }
+        let report = if !b.tx_sel || flags & FI_COMPLETION != 0 {
+            Report::Always
+        } else {
+            Report::ErrorsOnly
+        };
+        let send_flags = FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG };
+        // A small send that leaves at once (or is queued as a copy) is complete as it returns,
+        // as the engine's request for it would be: its completion goes straight to the CQ,
+        // with no request, copy or tracking (a message rate's every send).
+        let data = if a.len == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(a.buf, a.len)
+        };
+        if st.backend.inject_now(&to, data).map_err(|e| {
+            warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
+            e.errno
+        })? {
+            if report == Report::Always {
+                if let Some(cq) = &b.tx_cq {
+                    cq.push(Entry {
+                        context: a.context,
+                        flags: send_flags,
+                        len: a.len,
+                        data: 0,
+                        tag: 0,
+                        src: None,
+                        err: None,
+                    });
+                }
+            }
+            return Ok(0);
+        }
         let buf = if owned {
             SendBuf::Owned(copy())
         } else {
@@ -412,14 +467,6 @@ impl EpObj {
                 len: a.len,
             }
         };
-        let report = if a.inject {
-            Report::Never
-        } else if !b.tx_sel || flags & FI_COMPLETION != 0 {
-            Report::Always
-        } else {
-            Report::ErrorsOnly
-        };
-        let mut st = lock(&self.d.state);
         let op = st.backend.send(to, buf).map_err(|e| {
             warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
             e.errno
@@ -430,7 +477,7 @@ impl EpObj {
                 cq: b.tx_cq.as_ref().map(Arc::downgrade),
                 av: None,
                 context: a.context,
-                flags: FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG },
+                flags: send_flags,
                 report,
                 ep: self.id,
             },
@@ -465,6 +512,19 @@ impl EpObj {
         self.peer(b, src, "recv").map(Some)
     }
 
+    /// [`src_filter`](Self::src_filter) under the domain lock ([`peer_locked`](Self::peer_locked)).
+    fn src_filter_locked(
+        &self,
+        st: &mut DomainState,
+        b: &Bound,
+        src: fi_addr_t,
+    ) -> Result<Option<PeerId>, i32> {
+        if self.caps & FI_DIRECTED_RECV == 0 || src == FI_ADDR_UNSPEC {
+            return Ok(None);
+        }
+        self.peer_locked(st, b, src, "recv").map(Some)
+    }
+
     #[allow(clippy::too_many_arguments)]
     unsafe fn recv(
         &self,
@@ -486,10 +546,10 @@ impl EpObj {
         if flags & FI_MULTI_RECV != 0 {
             return Err(FI_EBADFLAGS);
         }
-        let src = self.src_filter(b, src)?;
         let (tag, ignore) = if tagged { (tag, ignore) } else { (0, 0) };
         let report = self.rx_report(b, flags);
         let mut st = lock(&self.d.state);
+        let src = self.src_filter_locked(&mut st, b, src)?;
         let op = st
             .backend
             .recv(self.id, tagged, src, tag, ignore, ptr, len)
@@ -603,9 +663,7 @@ impl EpObj {
         let mut st = lock(&self.d.state);
         let op = st
             .pending
-            .iter()
-            .find(|(_, p)| p.ep == self.id && p.context == context && p.flags & FI_RECV != 0)
-            .map(|(op, _)| *op)
+            .find(|p| p.ep == self.id && p.context == context && p.flags & FI_RECV != 0)
             .ok_or(FI_ENOENT)?;
         if !st.backend.cancel(op) {
             return Err(FI_ENOENT);

@@ -4,7 +4,10 @@
  * order they were sent, a probe does not see what a posted receive takes, cancel, truncation,
  * large messages, messages that came first, another tag ahead in the ring, a send of its own
  * in flight, cancel after it was posted behind a second receive, zero-length, CQ data and
- * source, the peer dying while a receive from it is held.
+ * source, a window of receives held at once (the message of each turn to each, several
+ * entries from one read, more than the provider holds, a message for the second of two held
+ * receives first, cancel of the middle one of three), sends that complete as they return, the
+ * peer dying while a receive from it is held.
  * Usage: FI_PROVIDER_PATH=<dir> HX_JOB_SECRET=<hex> ./parked */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +41,7 @@
 	} while (0)
 
 #define BIG (1 << 20)
+#define WINDOW_MAX 600
 
 static const char *who = "?";
 static struct fid_fabric *fabric;
@@ -137,6 +141,80 @@ static int close_all(void)
 	CHECK(fi_close(&cq->fid));
 	CHECK(fi_close(&domain->fid));
 	CHECK(fi_close(&fabric->fid));
+	return 0;
+}
+
+/* Reads completions (up to 16 per read, never sleeping) of `n` operations whose contexts are
+ * ctx[0..n), each exactly once, with `flags` set; for up to 10 s. Returns the most entries one
+ * read gave, or -1. */
+static int window_done(struct fi_context *ctx, int n, uint64_t flags)
+{
+	static char seen[WINDOW_MAX];
+	struct fi_cq_tagged_entry es[16];
+	int got = 0, most = 0;
+	double end = now() + 10;
+	memset(seen, 0, sizeof seen);
+	while (got < n && now() < end) {
+		ssize_t r = fi_cq_read(cq, es, 16);
+		if (r == -FI_EAGAIN)
+			continue;
+		if (r <= 0) {
+			fprintf(stderr, "%s fi_cq_read: %zd (%s)\n", who, r, fi_strerror((int)-r));
+			return -1;
+		}
+		for (ssize_t j = 0; j < r; j++) {
+			long k = (struct fi_context *)es[j].op_context - ctx;
+			if (k < 0 || k >= n || seen[k] || (es[j].flags & flags) != flags) {
+				fprintf(stderr, "%s: unexpected completion %ld of %d\n", who, k, n);
+				return -1;
+			}
+			seen[k] = 1;
+		}
+		got += (int)r;
+		if (r > most)
+			most = (int)r;
+	}
+	if (got < n)
+		fprintf(stderr, "%s: %d of %d completions within 10 s\n", who, got, n);
+	return got == n ? most : -1;
+}
+
+/* A window of `n` receives of `tag` into slots of their own, read once the peer has sent all
+ * its messages: slot k must hold k, the k-th message sent. Returns the most entries one read
+ * gave, or -1. */
+static int recv_window(int n, uint64_t tag)
+{
+	static uint64_t slot[WINDOW_MAX];
+	static struct fi_context cw[WINDOW_MAX];
+	for (int k = 0; k < n; k++) {
+		slot[k] = ~0ULL;
+		if (fi_trecv(ep, &slot[k], sizeof slot[k], NULL, peer, tag, 0, &cw[k]))
+			return -1;
+	}
+	if (signal_peer() || wait_peer())
+		return -1;
+	int most = window_done(cw, n, FI_RECV | FI_TAGGED);
+	for (int k = 0; most > 0 && k < n; k++) {
+		if (slot[k] != (uint64_t)k) {
+			fprintf(stderr, "%s: slot %d holds %llu\n", who, k, (unsigned long long)slot[k]);
+			return -1;
+		}
+	}
+	return most;
+}
+
+/* The sending side of recv_window: `n` sends of 0..n from buffers of their own, each
+ * completing (as it returns: they are small). */
+static int send_window(int n, uint64_t tag)
+{
+	static uint64_t v[WINDOW_MAX];
+	static struct fi_context cs[WINDOW_MAX];
+	for (int k = 0; k < n; k++) {
+		v[k] = (uint64_t)k;
+		CHECK(fi_tsend(ep, &v[k], sizeof v[k], NULL, peer, tag, &cs[k]));
+	}
+	CHECK(signal_peer());
+	EXPECT(window_done(cs, n, FI_SEND | FI_TAGGED) > 0);
 	return 0;
 }
 
@@ -315,6 +393,48 @@ static int receiver(void)
 	EXPECT(poll_one(&e, &src) == 1);
 	EXPECT(e.op_context == &c1 && e.len == 0 && e.tag == 15 && src == peer);
 
+	/* 13. A window of receives held at once, as a message-rate test posts them: each takes
+	 * the message of its turn, and one read returns several. */
+	int most = recv_window(64, 17);
+	EXPECT(most > 1);
+	/* More receives than the provider holds at once (then they are all posted). */
+	EXPECT(recv_window(WINDOW_MAX, 21) > 0);
+
+	/* 14. Two held receives, of two tags, the second one's message sent first: each takes
+	 * its own. */
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 18, 0, &c1));
+	CHECK(fi_trecv(ep, b2, sizeof b2, NULL, peer, 19, 0, &c2));
+	CHECK(signal_peer());
+	got_c1 = got_c2 = 0;
+	for (int k = 0; k < 2; k++) {
+		EXPECT(poll_one(&e, NULL) == 1);
+		if (e.op_context == &c1) {
+			EXPECT(!got_c1 && !strcmp(b1, "t18") && e.tag == 18);
+			got_c1 = 1;
+		} else {
+			EXPECT(e.op_context == &c2 && !got_c2 && !strcmp(b2, "t19") && e.tag == 19);
+			got_c2 = 1;
+		}
+	}
+	/* Cancel of the middle one of three held receives: the other two take the messages, in
+	 * the order they were posted. */
+	struct fi_context c3;
+	char b3[64];
+	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 20, 0, &c1));
+	CHECK(fi_trecv(ep, b2, sizeof b2, NULL, peer, 20, 0, &c2));
+	CHECK(fi_trecv(ep, b3, sizeof b3, NULL, peer, 20, 0, &c3));
+	CHECK(fi_cancel(&ep->fid, &c2));
+	EXPECT(poll_one(&e, NULL) == -FI_EAVAIL);
+	memset(&err, 0, sizeof err);
+	EXPECT(fi_cq_readerr(cq, &err, 0) == 1);
+	EXPECT(err.op_context == &c2 && err.err == FI_ECANCELED);
+	EXPECT(fi_cancel(&ep->fid, &c2) == -FI_ENOENT);
+	CHECK(signal_peer());
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c1 && !strcmp(b1, "u0"));
+	EXPECT(poll_one(&e, NULL) == 1);
+	EXPECT(e.op_context == &c3 && !strcmp(b3, "u1"));
+
 	/* 12. The peer dies (no close, as a crash) while a receive from it is held: polling
 	 * (never sleeping) reports the receive failed, naming the peer, instead of waiting. */
 	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 16, 0, &c1));
@@ -393,6 +513,16 @@ static int sender(void)
 	CHECK(send_done("r2", 3, 14));
 	CHECK(wait_peer());
 	CHECK(send_done(NULL, 0, 15));
+	CHECK(wait_peer());
+	CHECK(send_window(64, 17));
+	CHECK(wait_peer());
+	CHECK(send_window(WINDOW_MAX, 21));
+	CHECK(wait_peer());
+	CHECK(send_done("t19", 4, 19));
+	CHECK(send_done("t18", 4, 18));
+	CHECK(wait_peer());
+	CHECK(send_done("u0", 3, 20));
+	CHECK(send_done("u1", 3, 20));
 	/* Die without a word once the receiver holds a receive from us. */
 	CHECK(wait_peer());
 	_exit(0);
