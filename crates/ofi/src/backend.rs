@@ -201,9 +201,9 @@ pub trait Backend: Send {
     fn idle(&self) -> bool {
         false
     }
-    /// A CQ read's poll when [`idle`](Self::idle): one look for the receive the backend holds
-    /// rather than posts, if any. `Progress` when it holds none or something else needs a
-    /// round (which the next [`progress`](Self::progress) then makes).
+    /// A CQ read's poll: one look for the receive the backend holds rather than posts, if
+    /// any. `Progress` when it is not [`idle`](Self::idle), holds none, or something else
+    /// needs a round (which the next [`progress`](Self::progress) then makes).
     fn poll_express(&mut self) -> Polled {
         Polled::Progress
     }

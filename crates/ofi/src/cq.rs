@@ -166,15 +166,12 @@ impl CqShared {
         let format = self.format;
         let drive = self
             .domain
-            .read_drive(self, delivered_last, count, |i, e| {
+            .read_drive(self, delivered_last, count, |i, e, from| {
                 // Receives served straight from the backend, for this CQ, whose queue is empty:
                 // as if pushed and popped.
-                write_entry(format, buf, i, &e);
+                write_entry(format, buf, i, e);
                 if !src.is_null() {
-                    *src.add(i) = e
-                        .src
-                        .as_ref()
-                        .map_or(FI_ADDR_NOTAVAIL, |(av, p)| av.fi_addr_of(*p));
+                    *src.add(i) = from.map_or(FI_ADDR_NOTAVAIL, |(av, p)| av.fi_addr_of(p));
                 }
             })?;
         match drive {

@@ -11,7 +11,7 @@ use crate::util::*;
 use libc::{c_int, c_void};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 #[repr(C)]
 pub struct DomainObj {
@@ -52,15 +52,25 @@ pub enum Report {
     Never,
 }
 
+/// An operation in flight. `cq` (where its entry goes) and `av` (how its source is named) are
+/// NULL or point into the `Arc`s of its endpoint's bindings, which outlive it: an endpoint's
+/// pending operations are removed, under the domain lock, before the endpoint (and with it
+/// the bindings) goes (`ep_close`), and a domain closes only without endpoints. So they are
+/// only followed under the domain lock. (Counted references cost four atomic operations per
+/// receive.)
 pub struct Pending {
-    pub cq: Option<Weak<CqShared>>,
-    pub av: Option<Arc<AvShared>>,
+    pub cq: *const CqShared,
+    pub av: *const AvShared,
     pub context: usize,
     /// Completion flags (FI_SEND/FI_RECV | FI_MSG/FI_TAGGED).
     pub flags: u64,
     pub report: Report,
     pub ep: u16,
 }
+
+// SAFETY: the pointers are only followed under the domain lock (see `Pending`), and
+// `CqShared`/`AvShared` are Sync.
+unsafe impl Send for Pending {}
 
 /// The operations in flight by id. The latest one goes into a slot of its own while that is
 /// free, as a ping-pong's one receive does: no hashing on its way in or out.
@@ -167,52 +177,51 @@ impl DomainShared {
         cq: &CqShared,
         delivered_last: bool,
         room: usize,
-        mut emit: impl FnMut(usize, Entry),
+        mut emit: impl FnMut(usize, &Entry, Option<(&AvShared, PeerId)>),
     ) -> Result<Drive, i32> {
         let mut st = lock(&self.state);
         let st = &mut *st;
-        if st.backend.idle() {
-            if delivered_last {
-                // Nothing to collect, and no poll right after a delivery.
+        if delivered_last {
+            // No poll right after a delivery; nothing to collect is the common case.
+            if st.backend.idle() {
                 return Ok(Drive::Queue);
             }
-            if room > 0 && cq.queue_empty() {
-                let mut n = 0;
-                while n < room {
-                    match st.backend.poll_express() {
-                        Polled::Nothing if n == 0 => return Ok(Drive::Empty),
-                        Polled::Nothing => break,
-                        // A round is owed: the general path below (the next read's if this one
-                        // returns entries).
-                        Polled::Progress if n == 0 => return drive_read_round(st, cq, true),
-                        Polled::Progress => break,
-                        Polled::Served(d) => {
-                            let Some(p) = st.pending.remove(&d.op) else {
-                                continue;
-                            };
-                            if !p.cq.as_ref().is_some_and(|w| std::ptr::eq(w.as_ptr(), cq)) {
-                                // Another CQ's: its queue.
-                                deliver(p, d);
-                                break;
-                            }
-                            if let Some((_, e)) = entry_of(p, d) {
-                                emit(n, e);
-                                n += 1;
-                            }
-                            if !st.backend.idle() {
-                                break;
-                            }
-                        }
+            return drive_read_round(st, cq, false);
+        }
+        if room == 0 || !cq.queue_empty() {
+            return drive_read_round(st, cq, true);
+        }
+        let mut n = 0;
+        while n < room {
+            match st.backend.poll_express() {
+                Polled::Nothing if n == 0 => return Ok(Drive::Empty),
+                Polled::Nothing => break,
+                // Something finished or a round is owed: the general path (the next read's,
+                // if this one returns entries).
+                Polled::Progress if n == 0 => return drive_read_round(st, cq, true),
+                Polled::Progress => break,
+                Polled::Served(d) => {
+                    let Some(p) = st.pending.remove(&d.op) else {
+                        continue;
+                    };
+                    if !std::ptr::eq(p.cq, cq) {
+                        // Another CQ's: its queue.
+                        deliver(p, d);
+                        break;
+                    }
+                    if let Some((_, e, src)) = entry_of(p, d) {
+                        // SAFETY: under the domain lock (see `Pending`).
+                        emit(n, &e, src.map(|(av, peer)| (unsafe { &*av }, peer)));
+                        n += 1;
                     }
                 }
-                return Ok(if n > 0 {
-                    Drive::Served(n)
-                } else {
-                    Drive::Queue
-                });
             }
         }
-        drive_read_round(st, cq, !delivered_last)
+        Ok(if n > 0 {
+            Drive::Served(n)
+        } else {
+            Drive::Queue
+        })
     }
 
     fn drive(
@@ -252,16 +261,31 @@ fn progress_error(e: BackendError) -> i32 {
     e.errno
 }
 
+/// Queues the entry of a finished operation on its CQ. Under the domain lock (see `Pending`).
 fn deliver(p: Pending, d: Done) {
-    if let Some((Some(cq), e)) = entry_of(p, d) {
-        if let Some(cq) = cq.upgrade() {
-            cq.push(e);
-        }
+    let Some((cq, mut e, src)) = entry_of(p, d) else {
+        return;
+    };
+    if cq.is_null() {
+        return;
+    }
+    // SAFETY: under the domain lock, the pointers of a pending operation are valid (see
+    // `Pending`); `av` came from `Arc::as_ptr`.
+    unsafe {
+        e.src = src.map(|(av, peer)| {
+            Arc::increment_strong_count(av);
+            (Arc::from_raw(av), peer)
+        });
+        (*cq).push(e);
     }
 }
 
-/// The CQ entry of a finished operation and the CQ it goes to; None when it reports nothing.
-fn entry_of(p: Pending, d: Done) -> Option<(Option<Weak<CqShared>>, Entry)> {
+/// Where a finished operation's source is named: its AV and peer.
+type Src = Option<(*const AvShared, PeerId)>;
+
+/// The CQ entry of a finished operation (without its source), the CQ it goes to and its
+/// source; None when it reports nothing.
+fn entry_of(p: Pending, d: Done) -> Option<(*const CqShared, Entry, Src)> {
     let mut flags = p.flags;
     if d.is_recv && d.data.is_some() {
         flags |= FI_REMOTE_CQ_DATA;
@@ -271,8 +295,8 @@ fn entry_of(p: Pending, d: Done) -> Option<(Option<Weak<CqShared>>, Entry)> {
     } else {
         0
     };
-    let src = match (&p.av, d.src) {
-        (Some(av), Some(peer)) => Some((av.clone(), peer)),
+    let src = match d.src {
+        Some(peer) if !p.av.is_null() => Some((p.av, peer)),
         _ => None,
     };
     let mut e = Entry {
@@ -281,7 +305,7 @@ fn entry_of(p: Pending, d: Done) -> Option<(Option<Weak<CqShared>>, Entry)> {
         len: d.len,
         data: if d.is_recv { d.data.unwrap_or(0) } else { 0 },
         tag,
-        src,
+        src: None,
         err: None,
     };
     match d.error {
@@ -300,7 +324,7 @@ fn entry_of(p: Pending, d: Done) -> Option<(Option<Weak<CqShared>>, Entry)> {
             e.err = Some((errno, d.msg_len.saturating_sub(d.len), msg));
         }
     }
-    Some((p.cq, e))
+    Some((p.cq, e, src))
 }
 
 /// HX_* settings and the auth key for a backend.

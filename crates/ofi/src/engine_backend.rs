@@ -752,7 +752,7 @@ impl Backend for EngineBackend {
     }
 
     fn poll_express(&mut self) -> Polled {
-        if self.parked.is_empty() || self.owed.is_some() {
+        if self.parked.is_empty() || self.owed.is_some() || !self.idle() {
             return Polled::Progress;
         }
         match self.poll_parked() {

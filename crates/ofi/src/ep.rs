@@ -323,8 +323,6 @@ struct SendArgs {
     context: usize,
     /// Explicit operation flags (None: the endpoint's tx op_flags).
     flags: Option<u64>,
-    /// fi_inject*: copied, never a completion.
-    inject: bool,
 }
 
 impl EpObj {
@@ -364,13 +362,71 @@ impl EpObj {
         Ok(peer)
     }
 
+    /// fi_inject*: no completion, ever; the backend forgets it once it is written.
+    unsafe fn inject(
+        &self,
+        tagged: bool,
+        buf: *const c_void,
+        len: usize,
+        dest: fi_addr_t,
+        tag: u64,
+        data: Option<u64>,
+    ) -> Result<isize, i32> {
+        let b = self.bound()?;
+        // (inject_size is at most INJECT_SIZE, far below max_msg.)
+        if len > self.inject_size {
+            return Err(FI_EMSGSIZE);
+        }
+        if len > 0 && buf.is_null() {
+            return Err(FI_EINVAL);
+        }
+        let mut st = lock(&self.d.state);
+        let to = SendTo {
+            ep: self.id,
+            tagged,
+            peer: self.peer_locked(&mut st, b, dest, "send")?,
+            tag,
+            data,
+        };
+        let bytes = if len == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(buf as *const u8, len)
+        };
+        // Most small injects leave at once: no copy, nothing to track.
+        if st.backend.inject_now(&to, bytes).map_err(|e| {
+            warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
+            e.errno
+        })? {
+            return Ok(0);
+        }
+        let op = st.backend.inject(to, bytes.to_vec()).map_err(|e| {
+            warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
+            e.errno
+        })?;
+        if let Some(op) = op {
+            st.pending.insert(
+                op,
+                Pending {
+                    cq: std::ptr::null(),
+                    av: std::ptr::null(),
+                    context: 0,
+                    flags: FI_SEND | if tagged { FI_TAGGED } else { FI_MSG },
+                    report: Report::Never,
+                    ep: self.id,
+                },
+            );
+        }
+        Ok(0)
+    }
+
     unsafe fn send(&self, a: SendArgs) -> Result<isize, i32> {
         let b = self.bound()?;
         if a.len > self.d.max_msg {
             return Err(FI_EMSGSIZE);
         }
         let flags = a.flags.unwrap_or(self.tx_op_flags);
-        let owned = a.inject || flags & FI_INJECT != 0;
+        let owned = flags & FI_INJECT != 0;
         if owned && a.len > self.inject_size {
             return Err(FI_EMSGSIZE);
         }
@@ -392,40 +448,6 @@ impl EpObj {
                 std::slice::from_raw_parts(a.buf, a.len).to_vec()
             }
         };
-        if a.inject {
-            // fi_inject*: no completion, ever; the backend forgets it once it is written.
-            let data = if a.len == 0 {
-                &[][..]
-            } else {
-                std::slice::from_raw_parts(a.buf, a.len)
-            };
-            // Most small injects leave at once: no copy, nothing to track.
-            if st.backend.inject_now(&to, data).map_err(|e| {
-                warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
-                e.errno
-            })? {
-                return Ok(0);
-            }
-            let copy = copy();
-            let op = st.backend.inject(to, copy).map_err(|e| {
-                warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
-                e.errno
-            })?;
-            if let Some(op) = op {
-                st.pending.insert(
-                    op,
-                    Pending {
-                        cq: None,
-                        av: None,
-                        context: 0,
-                        flags: FI_SEND | if a.tagged { FI_TAGGED } else { FI_MSG },
-                        report: Report::Never,
-                        ep: self.id,
-                    },
-                );
-            }
-            return Ok(0);
-        }
         let report = if !b.tx_sel || flags & FI_COMPLETION != 0 {
             Report::Always
         } else {
@@ -474,8 +496,8 @@ impl EpObj {
         st.pending.insert(
             op,
             Pending {
-                cq: b.tx_cq.as_ref().map(Arc::downgrade),
-                av: None,
+                cq: b.tx_cq.as_ref().map_or(std::ptr::null(), Arc::as_ptr),
+                av: std::ptr::null(),
                 context: a.context,
                 flags: send_flags,
                 report,
@@ -495,8 +517,8 @@ impl EpObj {
 
     fn rx_pending(&self, b: &Bound, context: usize, tagged: bool, report: Report) -> Pending {
         Pending {
-            cq: b.rx_cq.as_ref().map(Arc::downgrade),
-            av: Some(b.av.clone()),
+            cq: b.rx_cq.as_ref().map_or(std::ptr::null(), Arc::as_ptr),
+            av: Arc::as_ptr(&b.av),
             context,
             flags: FI_RECV | if tagged { FI_TAGGED } else { FI_MSG },
             report,
@@ -815,7 +837,6 @@ fn send_args(
     data: Option<u64>,
     context: *mut c_void,
     flags: Option<u64>,
-    inject: bool,
 ) -> SendArgs {
     SendArgs {
         tagged,
@@ -826,7 +847,6 @@ fn send_args(
         data,
         context: context as usize,
         flags,
-        inject,
     }
 }
 
@@ -879,7 +899,7 @@ unsafe extern "C" fn msg_send(
 ) -> isize {
     ep_call!(
         ep,
-        ep_of(ep).send(send_args(false, buf, len, dest, 0, None, ctx, None, false))
+        ep_of(ep).send(send_args(false, buf, len, dest, 0, None, ctx, None))
     )
 }
 
@@ -902,7 +922,6 @@ unsafe extern "C" fn msg_sendv(
             None,
             ctx,
             None,
-            false,
         ))
     })
 }
@@ -924,7 +943,6 @@ unsafe extern "C" fn msg_sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64
             data,
             m.context,
             Some(flags),
-            false,
         ))
     })
 }
@@ -935,20 +953,7 @@ unsafe extern "C" fn msg_inject(
     len: usize,
     dest: fi_addr_t,
 ) -> isize {
-    ep_call!(
-        ep,
-        ep_of(ep).send(send_args(
-            false,
-            buf,
-            len,
-            dest,
-            0,
-            None,
-            std::ptr::null_mut(),
-            None,
-            true
-        ))
-    )
+    ep_call!(ep, ep_of(ep).inject(false, buf, len, dest, 0, None))
 }
 
 unsafe extern "C" fn msg_senddata(
@@ -962,17 +967,7 @@ unsafe extern "C" fn msg_senddata(
 ) -> isize {
     ep_call!(
         ep,
-        ep_of(ep).send(send_args(
-            false,
-            buf,
-            len,
-            dest,
-            0,
-            Some(data),
-            ctx,
-            None,
-            false
-        ))
+        ep_of(ep).send(send_args(false, buf, len, dest, 0, Some(data), ctx, None))
     )
 }
 
@@ -983,20 +978,7 @@ unsafe extern "C" fn msg_injectdata(
     data: u64,
     dest: fi_addr_t,
 ) -> isize {
-    ep_call!(
-        ep,
-        ep_of(ep).send(send_args(
-            false,
-            buf,
-            len,
-            dest,
-            0,
-            Some(data),
-            std::ptr::null_mut(),
-            None,
-            true
-        ))
-    )
+    ep_call!(ep, ep_of(ep).inject(false, buf, len, dest, 0, Some(data)))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1079,7 +1061,7 @@ unsafe extern "C" fn t_send(
 ) -> isize {
     ep_call!(
         ep,
-        ep_of(ep).send(send_args(true, buf, len, dest, tag, None, ctx, None, false))
+        ep_of(ep).send(send_args(true, buf, len, dest, tag, None, ctx, None))
     )
 }
 
@@ -1104,7 +1086,6 @@ unsafe extern "C" fn t_sendv(
             None,
             ctx,
             None,
-            false,
         ))
     })
 }
@@ -1126,7 +1107,6 @@ unsafe extern "C" fn t_sendmsg(ep: *mut fid_ep, msg: *const fi_msg_tagged, flags
             data,
             m.context,
             Some(flags),
-            false,
         ))
     })
 }
@@ -1138,20 +1118,7 @@ unsafe extern "C" fn t_inject(
     dest: fi_addr_t,
     tag: u64,
 ) -> isize {
-    ep_call!(
-        ep,
-        ep_of(ep).send(send_args(
-            true,
-            buf,
-            len,
-            dest,
-            tag,
-            None,
-            std::ptr::null_mut(),
-            None,
-            true
-        ))
-    )
+    ep_call!(ep, ep_of(ep).inject(true, buf, len, dest, tag, None))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1167,17 +1134,7 @@ unsafe extern "C" fn t_senddata(
 ) -> isize {
     ep_call!(
         ep,
-        ep_of(ep).send(send_args(
-            true,
-            buf,
-            len,
-            dest,
-            tag,
-            Some(data),
-            ctx,
-            None,
-            false
-        ))
+        ep_of(ep).send(send_args(true, buf, len, dest, tag, Some(data), ctx, None))
     )
 }
 
@@ -1189,18 +1146,5 @@ unsafe extern "C" fn t_injectdata(
     dest: fi_addr_t,
     tag: u64,
 ) -> isize {
-    ep_call!(
-        ep,
-        ep_of(ep).send(send_args(
-            true,
-            buf,
-            len,
-            dest,
-            tag,
-            Some(data),
-            std::ptr::null_mut(),
-            None,
-            true
-        ))
-    )
+    ep_call!(ep, ep_of(ep).inject(true, buf, len, dest, tag, Some(data)))
 }

@@ -183,8 +183,16 @@ int main(int argc, char **argv)
 	struct iovec two[2] = { { rbuf, 1 }, { rbuf, 1 } };
 	EXPECT(fi_tsendv(ep, two, NULL, 2, self, 1, &sctx) == -FI_EINVAL);
 
-	/* Open MPI's close order; the domain refuses to go while children are open. */
+	/* A removed address names nothing any more, even right after it was used (the provider
+	 * caches the last address it looked up). */
+	CHECK(fi_tinject(ep, "y", 2, other, 1));
 	CHECK(fi_av_remove(av, &other, 1, 0));
+	EXPECT(fi_tinject(ep, "y", 2, other, 1) == -FI_EINVAL);
+	EXPECT(fi_tsend(ep, "y", 2, NULL, other, 1, &sctx) == -FI_EINVAL);
+	EXPECT(fi_trecv(ep, rbuf, sizeof rbuf, NULL, other, 1, 0, &rctx) == -FI_EINVAL);
+	CHECK(fi_tinject(ep, "z", 2, self, 1));
+
+	/* Open MPI's close order; the domain refuses to go while children are open. */
 	EXPECT(fi_close(&domain->fid) == -FI_EBUSY);
 	EXPECT(fi_close(&cq->fid) == -FI_EBUSY);
 	CHECK(fi_close(&ep2->fid));
