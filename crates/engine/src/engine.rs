@@ -142,6 +142,8 @@ pub struct Engine {
     /// rails' SO_RCVLOWAT follows large payloads then ([`tune_rcvlowat`](Self::tune_rcvlowat)).
     bulk_asleep: bool,
     next_housekeeping: Instant,
+    /// The clock the protocol core is given (microseconds since this instant).
+    created: Instant,
     rail_failures: u64,
 }
 
@@ -341,6 +343,7 @@ impl Engine {
             raised_lowat: 0,
             bulk_asleep: false,
             next_housekeeping: Instant::now(),
+            created: Instant::now(),
             rail_failures: 0,
         })
     }
@@ -1424,6 +1427,7 @@ impl Engine {
             // Rails take turns, one write each, until none can take more: otherwise the first
             // rail would pull every chunk of a message its socket buffer can hold, and a
             // medium-size message would leave on one rail only.
+            self.start_rounds(p);
             loop {
                 let mut wrote = false;
                 for rail in 0..self.peers[p as usize].rails.len() {
@@ -1433,9 +1437,26 @@ impl Engine {
                     break;
                 }
             }
+            self.core.tx_round(p, false);
         }
         dirty.clear();
         self.dirty = dirty;
+    }
+
+    /// Rounds of turns on `peer`'s rails begin: adaptive striping with work to pull first
+    /// learns how much each socket still has to carry (one ioctl per rail).
+    fn start_rounds(&mut self, peer: Rank) {
+        if self.core.pull_pending(peer) {
+            let now = self.created.elapsed().as_micros() as u64;
+            for (rail, r) in self.peers[peer as usize].rails.iter().enumerate() {
+                let backlog = match r.link.as_ref() {
+                    Some(l) if !l.polled() => tcp::send_backlog(l.fd()).unwrap_or(0),
+                    _ => 0,
+                };
+                self.core.set_link_backlog(peer, rail, backlog, now);
+            }
+        }
+        self.core.tx_round(peer, true);
     }
 
     fn flush_rail(&mut self, peer: Rank, rail: usize) {

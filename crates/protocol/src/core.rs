@@ -117,6 +117,26 @@ pub(crate) struct Rail {
     pub bye: bool,
     /// Bytes the last `tx_iovecs` showed, until `tx_done` reports the write (0: none pending).
     pub offered: usize,
+    /// Adaptive: the most bytes this rail pulls in the driver's current rounds of turns
+    /// (`usize::MAX` outside them; see [`Core::tx_round`]), and what it pulled in them so far.
+    pub turn_cap: usize,
+    pub round_pulled: usize,
+    /// Adaptive: what the link holds of what was written to it and has not delivered yet, as
+    /// the driver last reported it ([`Core::set_link_backlog`]), and how fast it drains.
+    pub link_backlog: usize,
+    pub drain: DrainRate,
+}
+
+/// A link's drain rate, measured between the driver's backlog reports while the link stays
+/// busy: bytes written minus the backlog's growth, over the time between.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct DrainRate {
+    /// Bytes per microsecond, smoothed (0: not measured yet).
+    pub rate: f64,
+    /// Where the interval being measured began: time (us), bytes written, backlog.
+    pub at: u64,
+    pub written: u64,
+    pub backlog: usize,
 }
 
 pub(crate) struct Peer {
@@ -354,6 +374,10 @@ impl<B: Buffer> Core<B> {
                 rx: RxState::new(stage),
                 bye: false,
                 offered: 0,
+                turn_cap: usize::MAX,
+                round_pulled: 0,
+                link_backlog: 0,
+                drain: DrainRate::default(),
             })
             .collect();
     }

@@ -609,6 +609,107 @@ impl<B: Buffer> Core<B> {
         }
     }
 
+    /// Adaptive striping has work for `peer`'s rails to pull, and more than one rail to share it.
+    pub fn pull_pending(&self, peer: Rank) -> bool {
+        let p = &self.peers[peer as usize];
+        self.cfg.policy == Policy::Adaptive
+            && !p.pull_q.is_empty()
+            && p.rails.iter().filter(|r| r.up).nth(1).is_some()
+    }
+
+    /// Adaptive: at `now` (microseconds on any steady clock), `rail`'s link holds `backlog`
+    /// bytes of what was written to it and has not delivered them yet (a socket's unsent and
+    /// unacknowledged bytes). The driver reports it before [`tx_round`](Self::tx_round); links
+    /// that cannot tell leave it at 0. Reports also measure how fast each link drains.
+    pub fn set_link_backlog(&mut self, peer: Rank, rail: usize, backlog: usize, now: u64) {
+        // Intervals shorter than this say more about bursts than about the link's rate.
+        const MIN_INTERVAL_US: u64 = 500;
+        let Some(r) = self.peers[peer as usize].rails.get_mut(rail) else {
+            return;
+        };
+        r.link_backlog = backlog;
+        let d = &mut r.drain;
+        // A link that ran dry in between (or was replaced) measures nothing.
+        let written = r.tx_bytes.checked_sub(d.written);
+        let busy = d.backlog > 0 && backlog > 0 && d.at > 0 && now > d.at && written.is_some();
+        if busy && now < d.at + MIN_INTERVAL_US {
+            return;
+        }
+        if let (true, Some(written)) = (busy, written) {
+            let drained = written as f64 - (backlog as f64 - d.backlog as f64);
+            if drained > 0.0 {
+                let sample = drained / (now - d.at) as f64;
+                d.rate = if d.rate == 0.0 {
+                    sample
+                } else {
+                    d.rate + (sample - d.rate) / 8.0
+                };
+            }
+        }
+        *d = crate::core::DrainRate {
+            rate: d.rate,
+            at: now.max(1),
+            written: r.tx_bytes,
+            backlog,
+        };
+    }
+
+    /// The driver starts (`start`) or ends rounds of turns on `peer`'s rails, one write each
+    /// per round until no rail takes more. Adaptive: in them each rail pulls at most its share
+    /// of what is waiting, the share after which every link would be done at the same time
+    /// (backlogs and rates as last reported; equal rates if any is unknown). Otherwise each
+    /// socket's first write takes whatever it has room for, and once a burst has gone into the
+    /// sockets some have a lot more to carry than others: on wire-limited rails the burst ends
+    /// when the last drains. Outside rounds (a rail's socket drained) a turn pulls what one
+    /// write carries, and a full socket hands back what it did not take.
+    pub fn tx_round(&mut self, peer: Rank, start: bool) {
+        let p = &mut self.peers[peer as usize];
+        for r in &mut p.rails {
+            r.turn_cap = usize::MAX;
+        }
+        if !start || p.pull_q.is_empty() || self.cfg.policy != Policy::Adaptive {
+            return;
+        }
+        let mut up: Vec<(f64, f64, usize)> = Vec::new();
+        // Measured rates in whole powers of two of the fastest: equal links measure up to a
+        // fifth apart, and shares that follow that noise cost more at a burst's end than
+        // finer weights gain on unequal links. Unknown (a link not measured yet): all equal.
+        let fastest = p.rails.iter().filter(|r| r.up).map(|r| r.drain.rate);
+        let fastest = fastest.fold(0.0, f64::max);
+        let known = p.rails.iter().all(|r| !r.up || r.drain.rate > 0.0);
+        for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
+            let rate = if known {
+                (r.drain.rate / fastest).log2().round().exp2()
+            } else {
+                1.0
+            };
+            up.push((r.link_backlog as f64 / rate, rate, i));
+        }
+        if up.len() < 2 {
+            return;
+        }
+        // Water-filling: the time `t` by which all links would be done, found by adding the
+        // links in the order they run dry; a link already busy past `t` takes nothing.
+        up.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut left = p.pull_q.iter().map(|j| j.end - j.next).sum::<usize>() as f64;
+        let (mut t, mut rate_sum) = (up[0].0, 0.0);
+        for (k, &(busy, rate, _)) in up.iter().enumerate() {
+            left -= (busy - t) * rate_sum;
+            t = busy;
+            rate_sum += rate;
+            let next = up.get(k + 1).map_or(f64::INFINITY, |n| n.0);
+            if t + left / rate_sum <= next {
+                t += left / rate_sum;
+                break;
+            }
+        }
+        for &(busy, rate, i) in &up {
+            let r = &mut p.rails[i];
+            r.turn_cap = ((t - busy).max(0.0) * rate).ceil() as usize;
+            r.round_pulled = 0;
+        }
+    }
+
     /// Adaptive: `rail` has room and nothing queued; it pulls work. Chunks shrink towards a
     /// message's end (guided self-scheduling) so that all rails finish together.
     ///
@@ -634,7 +735,10 @@ impl<B: Buffer> Core<B> {
         } else {
             0
         };
-        while i < p.pull_q.len() && chunks < slots.max(1) {
+        let mut budget = p.rails[rail]
+            .turn_cap
+            .saturating_sub(p.rails[rail].round_pulled);
+        while i < p.pull_q.len() && chunks < slots.max(1) && budget > 0 {
             let job = &mut p.pull_q[i];
             let left = job.end - job.next;
             let n = if job.whole {
@@ -645,9 +749,11 @@ impl<B: Buffer> Core<B> {
                 (left / (2 * rails))
                     .max(waiting / (4 * rails))
                     .clamp(min, max)
+                    .min(budget.max(min))
                     .min(left)
             };
             waiting = waiting.saturating_sub(n);
+            budget = budget.saturating_sub(n);
             let last = job.last && job.next + n == job.end;
             let mut item = data_item(job.req, job.seq, job.next, n, last);
             // A chunk handed back may have been written before (resent after a rail broke).
@@ -660,6 +766,7 @@ impl<B: Buffer> Core<B> {
             }
             let r = &mut p.rails[rail];
             r.queued += item.total_len();
+            r.round_pulled += n;
             r.tx.push_back(item);
             chunks += 1;
         }
@@ -870,6 +977,60 @@ mod pull_tests {
         assert_eq!(got[0], vec![(0, 0, 32 * 1024)]);
         assert_eq!(got[1], vec![(0, 32 * 1024, 28 * 1024)]);
         assert!(got.iter().all(|g| g.len() == 1 && g[0].2 >= 16 * 1024));
+    }
+
+    #[test]
+    fn in_rounds_each_rail_pulls_what_evens_out_the_links_backlogs() {
+        // 4 rails, sixteen 64 KiB messages (1 MiB); the sockets still hold 0, 100, 200 and
+        // 300 KiB of earlier writes. Even levels: (1 MiB + 600 KiB) / 4 = 400 KiB per link.
+        let kib = 1024;
+        let mut c = core(4, 16, 64 * kib);
+        for (rail, held) in [0, 100, 200, 300].into_iter().enumerate() {
+            c.set_link_backlog(1, rail, held * kib, 1);
+        }
+        assert!(c.pull_pending(1));
+        c.tx_round(1, true);
+        let mut pulled = [0usize; 4];
+        for _ in 0..8 {
+            for (rail, sum) in pulled.iter_mut().enumerate() {
+                c.pull_turn(1, rail, 32);
+                *sum += chunks(&c, rail).iter().map(|ch| ch.2).sum::<usize>();
+                // Written whole: the socket took it.
+                let r = &mut c.peers[1].rails[rail];
+                r.tx.clear();
+                r.queued = 0;
+            }
+        }
+        c.tx_round(1, false);
+        assert_eq!(pulled.iter().sum::<usize>(), 1024 * kib);
+        assert!(c.peers[1].pull_q.is_empty());
+        // Every link ends within one minimum chunk (16 KiB) of 400 KiB.
+        for (rail, held) in [0, 100, 200, 300].into_iter().enumerate() {
+            let level = (held * kib + pulled[rail]) as i64;
+            assert!(
+                (level - 400 * kib as i64).abs() <= 16 * kib as i64,
+                "{pulled:?}"
+            );
+        }
+        // Unequal links (1, 1, 2 and 4 units a second), the fastest still holding 256 KiB:
+        // shares by rate of what would have them all done at the same time.
+        let mut c = core(4, 16, 64 * kib);
+        for (rail, rate) in [1.0, 1.0, 2.0, 4.0].into_iter().enumerate() {
+            c.peers[1].rails[rail].drain.rate = rate;
+            c.set_link_backlog(1, rail, if rail == 3 { 256 * kib } else { 0 }, 1);
+        }
+        c.tx_round(1, true);
+        let caps: Vec<usize> = c.peers[1].rails.iter().map(|r| r.turn_cap).collect();
+        // (1 MiB + 256 KiB) / 8 units = 160 KiB per unit.
+        let want = [160 * kib, 160 * kib, 320 * kib, 4 * 160 * kib - 256 * kib];
+        for (cap, want) in caps.iter().zip(want) {
+            assert!(cap.abs_diff(want) <= 1, "{caps:?}");
+        }
+        // Outside rounds a turn is not capped: one rail takes a chunk of every message.
+        let mut c = core(4, 16, 64 * kib);
+        c.set_link_backlog(1, 0, 300 * kib, 1);
+        c.pull_turn(1, 0, 32);
+        assert_eq!(chunks(&c, 0).len(), 16);
     }
 
     #[test]

@@ -141,6 +141,17 @@ pub fn set_rcvlowat(fd: RawFd, bytes: u32) -> io::Result<()> {
     set_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, bytes.max(1))
 }
 
+/// Bytes a socket has accepted and the peer has not acknowledged yet (`SIOCOUTQ`): what the
+/// link still has to carry of what was written to it.
+pub fn send_backlog(fd: RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one c_int through the pointer, which outlives the call.
+    if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as usize)
+}
+
 fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: u32) -> io::Result<()> {
     let v = value.min(i32::MAX as u32) as libc::c_int;
     // SAFETY: a plain setsockopt on a descriptor the caller holds open, with a c_int value.
