@@ -10,6 +10,7 @@ use crate::sys::*;
 use crate::util::*;
 use libc::{c_int, c_void};
 use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -72,41 +73,49 @@ pub struct Pending {
 // `CqShared`/`AvShared` are Sync.
 unsafe impl Send for Pending {}
 
-/// The operations in flight by id. The latest one goes into a slot of its own while that is
-/// free, as a ping-pong's one receive does: no hashing on its way in or out.
+/// The operations in flight by id. The first `RECENT` of them in posting order sit in a queue
+/// of their own, looked up without hashing at either end: a ping-pong's one receive, a
+/// window of receives completing in order. The rest are hashed.
 #[derive(Default)]
 pub struct PendingMap {
-    hot: Option<(OpId, Pending)>,
+    recent: VecDeque<(OpId, Pending)>,
     rest: HashMap<OpId, Pending>,
 }
 
+const RECENT: usize = 64;
+
 impl PendingMap {
     pub fn insert(&mut self, op: OpId, p: Pending) {
-        match &self.hot {
-            None => self.hot = Some((op, p)),
-            Some(_) => {
-                self.rest.insert(op, p);
-            }
+        if self.recent.len() < RECENT {
+            self.recent.push_back((op, p));
+        } else {
+            self.rest.insert(op, p);
         }
     }
 
     pub fn remove(&mut self, op: &OpId) -> Option<Pending> {
-        match &self.hot {
-            Some((h, _)) if h == op => self.hot.take().map(|(_, p)| p),
-            _ => self.rest.remove(op),
+        let at = |i: Option<&(OpId, Pending)>| i.is_some_and(|(o, _)| o == op);
+        if at(self.recent.front()) {
+            return self.recent.pop_front().map(|(_, p)| p);
         }
+        if at(self.recent.back()) {
+            return self.recent.pop_back().map(|(_, p)| p);
+        }
+        if let Some(p) = self.rest.remove(op) {
+            return Some(p);
+        }
+        let i = self.recent.iter().position(|(o, _)| o == op)?;
+        self.recent.remove(i).map(|(_, p)| p)
     }
 
     pub fn retain(&mut self, mut keep: impl FnMut(&OpId, &Pending) -> bool) {
-        if self.hot.as_ref().is_some_and(|(op, p)| !keep(op, p)) {
-            self.hot = None;
-        }
+        self.recent.retain(|(op, p)| keep(op, p));
         self.rest.retain(|op, p| keep(op, p));
     }
 
     /// The id of an operation that `pred` takes.
     pub fn find(&self, mut pred: impl FnMut(&Pending) -> bool) -> Option<OpId> {
-        self.hot
+        self.recent
             .iter()
             .map(|(op, p)| (op, p))
             .chain(self.rest.iter())
@@ -115,7 +124,7 @@ impl PendingMap {
     }
 
     pub fn clear(&mut self) {
-        self.hot = None;
+        self.recent.clear();
         self.rest.clear();
     }
 }
@@ -620,4 +629,59 @@ unsafe extern "C" fn enosys_query_collective(
     _: u64,
 ) -> c_int {
     -FI_ENOSYS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(context: usize) -> Pending {
+        Pending {
+            cq: std::ptr::null(),
+            av: std::ptr::null(),
+            context,
+            flags: FI_RECV,
+            report: Report::Always,
+            ep: (context % 3) as u16,
+        }
+    }
+
+    #[test]
+    fn pending_map_finds_every_operation_once() {
+        let mut m = PendingMap::default();
+        // More than the queue holds, so some are hashed.
+        for op in 0..(RECENT as u64 + 40) {
+            m.insert(op * 7, pending(op as usize));
+        }
+        let take = |m: &mut PendingMap, op: u64| m.remove(&(op * 7)).map(|p| p.context);
+        // Front, back, middle of the queue, then hashed ones; each once.
+        assert_eq!(take(&mut m, 0), Some(0));
+        assert_eq!(take(&mut m, RECENT as u64 - 1), Some(RECENT - 1));
+        assert_eq!(take(&mut m, 10), Some(10));
+        assert_eq!(take(&mut m, 10), None);
+        assert_eq!(take(&mut m, RECENT as u64 + 5), Some(RECENT + 5));
+        assert_eq!(take(&mut m, RECENT as u64 + 5), None);
+        assert!(m.remove(&3).is_none());
+        assert_eq!(
+            m.find(|p| p.context == RECENT + 6),
+            Some((RECENT as u64 + 6) * 7)
+        );
+        m.retain(|_, p| p.ep != 1);
+        let mut left = 0;
+        for op in 0..(RECENT as u64 + 40) {
+            if let Some(c) = take(&mut m, op) {
+                assert_eq!(c, op as usize);
+                assert_ne!(c % 3, 1, "retain kept {c}");
+                left += 1;
+            }
+        }
+        // 104 inserted, 3 + 1 taken, the ep-1 ones (every third) dropped by retain.
+        let expected = (0..(RECENT + 40))
+            .filter(|c| ![0, RECENT - 1, 10, RECENT + 5].contains(c) && c % 3 != 1)
+            .count();
+        assert_eq!(left, expected);
+        m.insert(1, pending(1));
+        m.clear();
+        assert_eq!(m.remove(&1).map(|p| p.context), None);
+    }
 }
