@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every striping policy on fast links (issue 10): a 2-host testbed with unlimited rails
 # (`--rate none`: the CPU, not the wire, is the limit), `hxcomm bench bw` one way from 64 KiB to
-# 4 MiB, RUNS interleaved runs per policy, for 1 and 4 rails. Prints the medians as a markdown
-# table (MB/s and CPU-s per GB) with each policy's ratio to the fastest, and the raw runs.
+# 4 MiB (BENCH=bibw: both ways at once), RUNS interleaved runs per policy, for 1 and 4 rails.
+# Prints the medians as a markdown table (MB/s and CPU-s per GB) with each policy's ratio to the
+# fastest, and the raw runs.
 #
-#   sudo RUNS=3 bench/fast_links.sh            # RAILS="1 4" SIZES=64k:4M HXCOMM=target/release/hxcomm
+#   sudo RUNS=3 bench/fast_links.sh            # RAILS="1 4" SIZES=64k:4M BENCH=bw HXCOMM=target/release/hxcomm
 #
 # BEFORE=/path/to/an/older/hxcomm adds a column "before": the adaptive policy of that build, run in
 # turn with the others (before/after comparisons on a machine whose speed drifts between runs).
@@ -16,6 +17,8 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 RAILS=${RAILS:-"1 4"}
 SIZES=${SIZES:-64k:4M}
+BENCH=${BENCH:-bw}
+case $BENCH in bw | bibw) ;; *) echo "BENCH must be bw or bibw" >&2; exit 2 ;; esac
 H=$(realpath "${HXCOMM:-target/release/hxcomm}")
 NAME=fl
 POLICIES="adaptive stripe rr bind"
@@ -35,7 +38,7 @@ for r in $RAILS; do
     for p in $POLICIES; do
       bin=$H pol=$p
       [ "$p" = before ] && bin=$B pol=adaptive
-      "$bin" run --net --name $NAME -n 2 --policy "$pol" -- "$bin" bench bw --sizes "$SIZES" --json |
+      "$bin" run --net --name $NAME -n 2 --policy "$pol" -- "$bin" bench "$BENCH" --sizes "$SIZES" --json |
         python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -48,7 +51,7 @@ for line in sys.stdin:
   "$H" net down --name $NAME >/dev/null
 done
 
-echo "# hxcomm bench bw, unlimited rails, medians of $RUNS runs ($(date -u +%F), $(git rev-parse --short HEAD))"
+echo "# hxcomm bench $BENCH, unlimited rails, medians of $RUNS runs ($(date -u +%F), $(git rev-parse --short HEAD))"
 python3 - "$raw" "$POLICIES" <<'EOF'
 import statistics, sys
 from collections import defaultdict

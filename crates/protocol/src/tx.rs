@@ -550,7 +550,12 @@ impl<B: Buffer> Core<B> {
             self.data_acked(req, 0);
             return;
         }
+        let lone_rail = self.peers[peer as usize].rails.len() == 1;
         match self.cfg.policy {
+            // One rail, and never another: nothing to share, so no pulling (bind's path).
+            Policy::Adaptive if lone_rail => {
+                self.enqueue_data(peer, Some(0), req, seq, 0, len, len)
+            }
             Policy::Adaptive => {
                 self.peers[peer as usize].pull_q.push_back(PullJob {
                     req,
