@@ -332,6 +332,55 @@ impl Ctx<'_> {
         p
     }
 
+    /// Ping-pongs until both ranks have seen a kernel receive stamp (at most 50 x 100 round
+    /// trips). Linux turns receive stamps on through deferred work: on a busy machine the
+    /// first milliseconds of a traced run can come without them (a CI run lost more than half
+    /// of a 300-round-trip run's), and a missing stamp drops its part from the breakdown.
+    fn settle_rx_stamps(&mut self, size: usize) -> Result<(), String> {
+        let sbuf = vec![0x3cu8; size];
+        let mut rbuf = vec![0u8; size];
+        for _ in 0..50 {
+            let mut seen = false;
+            for _ in 0..100 {
+                if self.me == 0 {
+                    self.send(&sbuf, Mode::Spin)?;
+                    self.recv(&mut rbuf, Mode::Spin, &mut 0)?;
+                } else {
+                    self.recv(&mut rbuf, Mode::Spin, &mut 0)?;
+                    self.send(&sbuf, Mode::Spin)?;
+                }
+                self.e.take_trace(&mut self.samples);
+                let peer = self.peer;
+                seen |= self
+                    .samples
+                    .links
+                    .iter()
+                    .filter(|l| l.peer == peer)
+                    .any(|l| l.reads.iter().any(|r| r.t_kernel != 0));
+            }
+            // Rank 0's answer to rank 1, both answers back: the ranks stop together.
+            let mut flag = [u8::from(seen)];
+            if self.me == 0 {
+                self.e.send(EP, 1, EP, TAG_CTL, &flag).map_err(err)?;
+                self.e
+                    .recv(EP, Some(1), Some(TAG_CTL), &mut flag)
+                    .map_err(err)?;
+            } else {
+                let mut theirs = [0u8];
+                self.e
+                    .recv(EP, Some(0), Some(TAG_CTL), &mut theirs)
+                    .map_err(err)?;
+                flag[0] &= theirs[0];
+                self.e.send(EP, 0, EP, TAG_CTL, &flag).map_err(err)?;
+            }
+            if flag[0] == 1 {
+                return Ok(());
+            }
+        }
+        // Still none: the analysis reports the stamp as missing.
+        Ok(())
+    }
+
     /// Rank 1 sends `v` (u64s) to rank 0, which receives it.
     fn gather(&mut self, v: &[u64]) -> Result<Vec<u64>, String> {
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -714,6 +763,9 @@ pub fn run(o: &BreakdownOpts) -> Result<(), String> {
         // Let the kernel's timestamping settle (enabling receive stamps takes effect
         // asynchronously) before the traced runs.
         cx.pingpong(size, warmup, 0, Mode::Spin, true)?;
+        if !shm {
+            cx.settle_rx_stamps(size)?;
+        }
         for r in &mut results {
             r.2 = cx.pingpong(size, iters, warmup, r.0, true)?;
         }
