@@ -139,6 +139,15 @@ pub(crate) struct DrainRate {
     pub backlog: usize,
 }
 
+impl Rail {
+    /// Adaptive: it takes a share of large messages: it is up, or still connecting for the
+    /// first time (what it does not take yet waits for it; otherwise the first rail to connect
+    /// pulls a whole burst before the others are there).
+    pub fn shares(&self) -> bool {
+        self.up || !self.settled
+    }
+}
+
 pub(crate) struct Peer {
     pub rails: Vec<Rail>,
     pub tx_seq: u64,
