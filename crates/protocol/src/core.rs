@@ -140,9 +140,9 @@ pub(crate) struct DrainRate {
 }
 
 impl Rail {
-    /// Adaptive: it takes a share of large messages: it is up, or still connecting for the
-    /// first time (what it does not take yet waits for it; otherwise the first rail to connect
-    /// pulls a whole burst before the others are there).
+    /// Adaptive: large messages are cut for it: it is up, or still connecting for the first
+    /// time (otherwise the first rail to connect is a lone rail to the pull rules and takes a
+    /// whole burst in whole chunks before the others are there).
     pub fn shares(&self) -> bool {
         self.up || !self.settled
     }

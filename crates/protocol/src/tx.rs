@@ -619,7 +619,7 @@ impl<B: Buffer> Core<B> {
         let p = &self.peers[peer as usize];
         self.cfg.policy == Policy::Adaptive
             && !p.pull_q.is_empty()
-            && p.rails.iter().filter(|r| r.shares()).nth(1).is_some()
+            && p.rails.iter().filter(|r| r.up).nth(1).is_some()
     }
 
     /// Adaptive: at `now` (microseconds on any steady clock), `rail`'s link holds `backlog`
@@ -679,10 +679,10 @@ impl<B: Buffer> Core<B> {
         // Measured rates in whole powers of two of the fastest: equal links measure up to a
         // fifth apart, and shares that follow that noise cost more at a burst's end than
         // finer weights gain on unequal links. Unknown (a link not measured yet): all equal.
-        let fastest = p.rails.iter().filter(|r| r.shares()).map(|r| r.drain.rate);
+        let fastest = p.rails.iter().filter(|r| r.up).map(|r| r.drain.rate);
         let fastest = fastest.fold(0.0, f64::max);
-        let known = p.rails.iter().all(|r| !r.shares() || r.drain.rate > 0.0);
-        for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.shares()) {
+        let known = p.rails.iter().all(|r| !r.up || r.drain.rate > 0.0);
+        for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
             let rate = if known {
                 (r.drain.rate / fastest).log2().round().exp2()
             } else {
@@ -1031,28 +1031,25 @@ mod pull_tests {
         for (cap, want) in caps.iter().zip(want) {
             assert!(cap.abs_diff(want) <= 1, "{caps:?}");
         }
-        // Rails 1-3 still connecting for the first time: rail 0 takes its share (a quarter),
-        // not the burst; what it does not take waits for them.
-        let mut c = core(4, 16, 64 * kib);
+        // Rails 1-3 still connecting for the first time: rail 0 alone is up, but it cuts
+        // chunks for four and takes one of each message per turn, not whole messages; shares
+        // are for rails that are up (the others may never come: a turn must not wait for them).
+        let mut c = core(4, 2, 1 << 20);
         for r in &mut c.peers[1].rails[1..] {
             (r.up, r.settled) = (false, false);
         }
-        assert!(c.pull_pending(1));
-        c.tx_round(1, true);
-        for _ in 0..8 {
-            c.pull_turn(1, 0, 32);
-            let r = &mut c.peers[1].rails[0];
-            r.tx.clear();
-            r.queued = 0;
-        }
-        c.tx_round(1, false);
-        let r0 = c.peers[1].rails[0].round_pulled;
-        assert!(r0.abs_diff(256 * kib) <= 16 * kib, "{r0}");
-        // Found unreachable: they no longer share.
-        for rail in 1..4 {
-            c.rail_unreachable(1, rail);
-        }
         assert!(!c.pull_pending(1));
+        c.pull_turn(1, 0, 32);
+        let got = chunks(&c, 0);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got.iter().all(|ch| ch.2 < 1 << 20), "{got:?}");
+        // Found unreachable: rail 0 is a lone rail, taking whole chunks of everything.
+        let mut c = core(4, 2, 1 << 20);
+        for rail in 1..4 {
+            c.peers[1].rails[rail].up = false;
+        }
+        c.pull_turn(1, 0, 32);
+        assert_eq!(chunks(&c, 0).len(), 8);
         // Outside rounds a turn is not capped: one rail takes a chunk of every message.
         let mut c = core(4, 16, 64 * kib);
         c.set_link_backlog(1, 0, 300 * kib, 1);
