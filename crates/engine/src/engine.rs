@@ -14,6 +14,7 @@ use hx_bootstrap::{Bootstrap, Secret};
 use hx_protocol::{Buffer, Completion, Core, EpId, Filter, Rank, ReqId, Status};
 use hx_transport::shm::{self, ShmListener};
 use hx_transport::tcp::{self, RailOptions};
+use hx_transport::Peeked;
 use hx_wire::{Address, RailIp, ADDRESS_LEN, ADDRESS_MAX_RAILS, ADDR_FLAG_SHM};
 use tracing::{debug, info, warn};
 
@@ -483,8 +484,16 @@ impl Engine {
         Ok(())
     }
 
+    /// A plain loop: a program has an endpoint or two, and slice `contains` on `u16` takes
+    /// the vectorised path's setup on every small message.
+    #[inline]
+    #[allow(clippy::manual_contains)]
+    fn ep_open(&self, ep: EpId) -> bool {
+        self.endpoints.iter().any(|&e| e == ep)
+    }
+
     fn check_ep(&self, ep: EpId) -> Result<(), Error> {
-        if ep == BARRIER_EP || self.endpoints.contains(&ep) {
+        if ep == BARRIER_EP || self.ep_open(ep) {
             Ok(())
         } else {
             Err(Error::Invalid(format!("endpoint {ep} is not open")))
@@ -621,9 +630,7 @@ impl Engine {
         };
         let r = &mut self.peers[dst as usize].rails[rail];
         let written = match r.link.as_mut() {
-            Some(link) => link
-                .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(payload)])
-                .unwrap_or(0),
+            Some(link) => link.write_frame(&hdr, payload).unwrap_or(0),
             None => 0,
         };
         self.core.inline_written(dst, rail, &hdr, payload, written);
@@ -868,10 +875,7 @@ impl Engine {
             }
             None => self.sockets.is_empty(),
         };
-        from_shm
-            && !self.polled.is_empty()
-            && self.core.ep_quiet(ep)
-            && self.endpoints.contains(&ep)
+        from_shm && !self.polled.is_empty() && self.core.ep_quiet(ep) && self.ep_open(ep)
     }
 
     /// One look at the shared-memory rings for a receive that has posted nothing: takes a small
@@ -906,13 +910,12 @@ impl Engine {
             let Some(link) = self.peers[p as usize].rails[r].link.as_mut() else {
                 continue;
             };
-            if !link.ready() {
-                continue;
-            }
-            let Some((n, st)) = link
-                .peek()
-                .and_then(|b| self.core.rx_express_into(p, r, b, ep, filter, buf))
-            else {
+            let bytes = match link.poll_peek() {
+                Peeked::Bytes(b) => b,
+                Peeked::Nothing => continue,
+                Peeked::Attention => return Express::Other,
+            };
+            let Some((n, st)) = self.core.rx_express_into(p, r, bytes, ep, filter, buf) else {
                 return Express::Other;
             };
             link.consume(n);
@@ -1409,11 +1412,16 @@ impl Engine {
         }
     }
 
+    #[inline]
     fn flush_dirty(&mut self) {
-        // The common case of a spinning round: nothing to write.
-        if self.dirty.is_empty() && !self.core.has_tx_work() {
-            return;
+        // The common case of a spinning round and of a small message's path: nothing to write
+        // (checked before the call, whose prologue alone costs more than the check).
+        if !self.dirty.is_empty() || self.core.has_tx_work() {
+            self.flush_dirty_peers();
         }
+    }
+
+    fn flush_dirty_peers(&mut self) {
         self.direct_copies();
         let mut dirty = std::mem::take(&mut self.dirty);
         self.core.take_dirty(&mut dirty);

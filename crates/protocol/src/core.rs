@@ -289,6 +289,7 @@ pub struct Filter {
 }
 
 impl Filter {
+    #[inline]
     pub fn new(src: Option<Rank>, tag: Option<u64>) -> Filter {
         Filter {
             src,
@@ -1042,17 +1043,24 @@ impl<B: Buffer> Core<B> {
 
     /// Eager data from `peer` no longer takes memory here: tell it, in batches, so it may send
     /// more eagerly.
+    #[inline]
     pub(crate) fn eager_consumed(&mut self, peer: Rank, len: usize) {
         let p = &mut self.peers[peer as usize];
         p.consumed += len as u64 + crate::EAGER_OVERHEAD;
         let batch = (self.cfg.eager_credits as u64 / 4).clamp(1, 256 * 1024);
         if p.consumed - p.credit_sent >= batch && p.failed.is_none() {
-            p.credit_sent = p.consumed;
-            let mut h = FrameHeader::new(FrameKind::Credit);
-            h.value = p.consumed;
-            let rail = self.pick_rail(peer);
-            self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
+            self.grant_credit(peer);
         }
+    }
+
+    /// Tells `peer` how much eager data we have consumed (a Credit frame).
+    fn grant_credit(&mut self, peer: Rank) {
+        let p = &mut self.peers[peer as usize];
+        p.credit_sent = p.consumed;
+        let mut h = FrameHeader::new(FrameKind::Credit);
+        h.value = p.consumed;
+        let rail = self.pick_rail(peer);
+        self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
     }
 
     pub(crate) fn complete(&mut self, req: ReqId, c: Completion) {

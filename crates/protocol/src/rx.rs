@@ -3,10 +3,25 @@
 //! it straight into that buffer (no intermediate copy). Frames resent after a rail failure are
 //! recognised and dropped (or, for a payload cut off mid-way, delivered again in full).
 
-use hx_wire::{FrameHeader, FrameKind, FLAG_ACK_REQ, FLAG_DATA, HEADER_LEN, MIN_HEADER_LEN};
+use hx_wire::{
+    eager_view, EagerView, FrameHeader, FrameKind, FLAG_ACK_REQ, FLAG_DATA, HEADER_LEN,
+    MIN_HEADER_LEN,
+};
 
 fn data_of(h: &FrameHeader) -> Option<u64> {
     (h.flags & FLAG_DATA != 0).then_some(h.data)
+}
+
+/// Who sent what, from an express receive's view of an Eager header.
+fn status_of(peer: crate::Rank, v: &EagerView) -> crate::Status {
+    crate::Status {
+        source: peer,
+        src_ep: v.src_ep,
+        tag: v.tag,
+        len: v.len,
+        truncated: false,
+        data: (v.flags & FLAG_DATA != 0).then_some(v.data),
+    }
 }
 
 /// Who sent what, from an Eager or Rts header.
@@ -176,18 +191,18 @@ impl<B: Buffer> Core<B> {
     /// frame's length for the driver to consume. `None`: read through `rx_space`/`rx_done`,
     /// which also reports whatever is wrong with the bytes.
     pub fn rx_express(&mut self, peer: Rank, rail: usize, bytes: &[u8]) -> Option<usize> {
-        let (h, hlen, len) = self.express_frame(peer, rail, bytes)?;
-        let req = self.take_posted(h.dst_ep, peer, h.src_ep, h.tag)?;
-        self.express_taken(peer, rail, len);
+        let v = self.express_frame(peer, rail, bytes)?;
+        let req = self.take_posted(v.dst_ep, peer, v.src_ep, v.tag)?;
+        self.express_taken(peer, rail, v.len);
         // What set_matched, write_dest and payload_complete do for a whole eager payload
         // (a lossless peer counts no frames for acknowledgement).
         if let Some(r) = self.reqs.get_mut(req) {
             let buf = r.buf.as_mut_slice();
-            let n = len.min(buf.len());
-            buf[..n].copy_from_slice(&bytes[hlen..hlen + n]);
+            let n = v.len.min(buf.len());
+            buf[..n].copy_from_slice(&bytes[v.hlen..v.hlen + n]);
             let st = crate::Status {
-                truncated: len > n,
-                ..msg_of(peer, &h)
+                truncated: v.len > n,
+                ..status_of(peer, &v)
             };
             if let ReqKind::Recv(rv) = &mut r.kind {
                 rv.status = Some(st);
@@ -198,15 +213,18 @@ impl<B: Buffer> Core<B> {
                 f.push(req);
             }
         }
-        Some(hlen + len)
+        Some(v.hlen + v.len)
     }
 
     /// The express path of a blocking receive that has posted nothing: if `bytes` start with a
     /// whole eager frame that [`rx_express`](Self::rx_express) could take, addressed to `ep`,
-    /// taken by `filter` and fitting in `buf`, while `ep` has no posted receive (which would
-    /// come first) and no unexpected message (which an equal receive would take first), the
-    /// payload is copied into `buf` and the frame's length and the message's status returned.
-    /// No request exists for it at any point. `None`: post a receive as usual.
+    /// taken by `filter` and fitting in `buf`, the payload is copied into `buf` and the frame's
+    /// length and the message's status returned. No request exists for it at any point. `None`:
+    /// post a receive as usual.
+    ///
+    /// The caller has seen [`ep_quiet`](Self::ep_quiet) for `ep` since it last posted a receive
+    /// or read a frame by another way (a posted receive or an unexpected message would come
+    /// first); what happens in between (writes, failures) can only empty its queues.
     pub fn rx_express_into(
         &mut self,
         peer: Rank,
@@ -216,52 +234,40 @@ impl<B: Buffer> Core<B> {
         filter: Filter,
         buf: &mut [u8],
     ) -> Option<(usize, crate::Status)> {
-        let (h, hlen, len) = self.express_frame(peer, rail, bytes)?;
-        if h.dst_ep != ep
-            || len > buf.len()
-            || !filter.takes_from(peer, h.src_ep, h.tag)
-            || !self.ep_quiet(ep)
-        {
+        let v = self.express_frame(peer, rail, bytes)?;
+        if v.dst_ep != ep || v.len > buf.len() || !filter.takes_from(peer, v.src_ep, v.tag) {
             return None;
         }
-        self.express_taken(peer, rail, len);
-        buf[..len].copy_from_slice(&bytes[hlen..hlen + len]);
-        Some((hlen + len, msg_of(peer, &h)))
+        debug_assert!(self.ep_quiet(ep), "express receive on a busy endpoint");
+        self.express_taken(peer, rail, v.len);
+        buf[..v.len].copy_from_slice(&bytes[v.hlen..v.hlen + v.len]);
+        Some((v.hlen + v.len, status_of(peer, &v)))
     }
 
     /// The frame at the start of `bytes`, if an express path may take it in place: a whole
     /// eager frame, next in sequence from a lossless peer with nothing staged or out of order.
-    /// Its header, the header's length and the payload's.
-    fn express_frame(
-        &self,
-        peer: Rank,
-        rail: usize,
-        bytes: &[u8],
-    ) -> Option<(FrameHeader, usize, usize)> {
+    #[inline]
+    fn express_frame(&self, peer: Rank, rail: usize, bytes: &[u8]) -> Option<EagerView> {
         let p = self.peers.get(peer as usize)?;
         let rx = &p.rails.get(rail)?.rx;
         if !p.lossless || rx.start != rx.end || rx.cur.is_some() || !p.reorder.is_empty() {
             return None;
         }
-        let (h, hlen) = FrameHeader::parse(bytes).ok()?;
-        let len = h.payload_len as usize;
-        if h.kind != FrameKind::Eager
-            || h.value != len as u64
-            || len > self.cfg.eager_limit
-            || h.seq != p.rx_seq
-            || bytes.len() - hlen < len
-        {
+        let v = eager_view(bytes)?;
+        if v.len > self.cfg.eager_limit || v.seq != p.rx_seq || bytes.len() - v.hlen < v.len {
             return None;
         }
-        Some((h, hlen, len))
+        Some(v)
     }
 
     /// The state changes of receiving an express frame of `len` payload bytes.
+    #[inline]
     fn express_taken(&mut self, peer: Rank, rail: usize, len: usize) {
         let p = &mut self.peers[peer as usize];
         p.rx_seq += 1;
         if len > 0 {
-            p.rails[rail].rx.bulk = len >= p.rails[rail].rx.stage.len();
+            let rx = &mut p.rails[rail].rx;
+            rx.bulk = len >= rx.stage.len();
         }
         self.eager_consumed(peer, len);
     }

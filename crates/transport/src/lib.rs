@@ -17,6 +17,16 @@ pub mod trace;
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
 
+/// What [`Link::poll_peek`] found.
+pub enum Peeked<'a> {
+    /// Readable in place; hand back what was used with [`Link::consume`].
+    Bytes(&'a [u8]),
+    /// Nothing to read yet.
+    Nothing,
+    /// Something for [`Link::read`] to report: an error, the peer closed, or no bytes in place.
+    Attention,
+}
+
 /// One direction-agnostic byte stream of a rail. All calls are nonblocking: when nothing can be
 /// done they return `ErrorKind::WouldBlock`. `Ok(0)` from `read` means the peer closed.
 pub trait Link: Send {
@@ -52,6 +62,22 @@ pub trait Link: Send {
     }
     /// Hands back the first `n` bytes of what [`peek`](Self::peek) showed.
     fn consume(&mut self, _n: usize) {}
+    /// [`ready`](Self::ready) and [`peek`](Self::peek) in one call, for a reader spinning on
+    /// polled links: the bytes readable in place, nothing yet, or something only `read` can
+    /// handle (an error, the peer closed, a link that cannot peek).
+    fn poll_peek(&mut self) -> Peeked<'_> {
+        if !self.ready() {
+            return Peeked::Nothing;
+        }
+        match self.peek() {
+            Some(b) => Peeked::Bytes(b),
+            None => Peeked::Attention,
+        }
+    }
+    /// `write_vectored` of a header and a payload (a frame): what the engine's small sends do.
+    fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(header), IoSlice::new(payload)])
+    }
     /// Called when epoll reports `fd()` ready, before the engine reads: a polled link clears
     /// what made it ready (a level-triggered signal, a hung-up peer) so the engine neither
     /// spins on a stale readiness nor misses a peer that died.
@@ -94,6 +120,12 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn consume(&mut self, n: usize) {
         (**self).consume(n)
+    }
+    fn poll_peek(&mut self) -> Peeked<'_> {
+        (**self).poll_peek()
+    }
+    fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> io::Result<usize> {
+        (**self).write_frame(header, payload)
     }
     fn event(&mut self) {
         (**self).event()

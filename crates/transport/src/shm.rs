@@ -60,7 +60,7 @@ use nix::sys::stat::fstat;
 use nix::unistd::ftruncate;
 
 use crate::trace::LinkTrace;
-use crate::Link;
+use crate::{Link, Peeked};
 
 /// Default bytes per direction.
 pub const DEFAULT_CAPACITY: usize = 1 << 20;
@@ -398,24 +398,27 @@ impl ShmLink {
             return Ok(false);
         }
         let len = (h & REC_LEN) as usize;
-        if h & !(REC_VALID | REC_LEN) != 0
-            || h & REC_VALID == 0
-            || len == 0
-            || footprint(len) > self.cap as usize - off
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{}: corrupt shared ring: record header {h:#x} at offset {off} (capacity {})",
-                    self.label, self.cap
-                ),
-            ));
+        let fp = footprint(len);
+        // The high half is exactly REC_VALID's; a record has a payload and ends in the ring.
+        if h >> 32 != REC_VALID >> 32 || len == 0 || fp > self.cap as usize - off {
+            return Err(self.bad_record(h, off));
         }
         let at = payload_at(len);
         self.rx_tail = self.rx_tail.wrapping_add(at as u64);
         self.rx_left = len;
-        self.rx_pad = footprint(len) - at - len;
+        self.rx_pad = fp - at - len;
         Ok(true)
+    }
+
+    #[cold]
+    fn bad_record(&self, h: u64, off: usize) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: corrupt shared ring: record header {h:#x} at offset {off} (capacity {})",
+                self.label, self.cap
+            ),
+        )
     }
 
     /// Takes `n` bytes (at most what the current record has left) off the current record.
@@ -475,7 +478,7 @@ impl ShmLink {
     /// A small message as one compact record when the cached view of the tail shows room
     /// before the ring's end (the common case; false: nothing written, take the general path).
     #[inline]
-    fn write_small(&mut self, bufs: &[IoSlice<'_>], total: usize) -> bool {
+    fn write_small<B: std::ops::Deref<Target = [u8]>>(&mut self, bufs: &[B], total: usize) -> bool {
         let need = footprint(total);
         let off = (self.tx_head & (self.cap - 1)) as usize;
         let used = self
@@ -519,7 +522,7 @@ impl ShmLink {
     /// After publishing an index: wake the peer if it is asleep (Dekker with its `arm`).
     #[inline]
     fn wake_peer(&self) {
-        fence(Ordering::SeqCst);
+        store_load_fence();
         let flag = self.map.word(OFF_SLEEP + 8 * self.peer());
         if flag.load(Ordering::Relaxed) != 0 && flag.swap(0, Ordering::AcqRel) != 0 {
             signal(&self.peer_efd);
@@ -546,6 +549,24 @@ impl ShmLink {
             self.peer_dead = true;
         }
     }
+}
+
+/// Orders our earlier stores before our later loads (what `fence(SeqCst)` gives), for the
+/// Dekker handshake between a writer's publish and a reader's `arm`. On x86-64 a locked
+/// read-modify-write of a private word does this, as Linux's `smp_mb` does, where `mfence` also
+/// holds back every later instruction until the store buffer has drained: on the small-message
+/// path that stall cost 20-40 ns of one-way latency (measured on AMD EPYC under KVM).
+#[inline(always)]
+fn store_load_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: ORs zero into the word at the stack pointer, which is ours and keeps its value;
+    // the LOCK prefix makes it a full barrier for the stores and loads around it. Flags are
+    // clobbered (no `preserves_flags`); no memory option, so it is a compiler barrier too.
+    unsafe {
+        std::arch::asm!("lock or dword ptr [rsp], 0", options(nostack));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    fence(Ordering::SeqCst);
 }
 
 impl ShmLink {
@@ -586,6 +607,35 @@ impl Link for ShmLink {
         // &mut self, so the slice is gone by then); if it does anyway we see garbage, never
         // out of bounds.
         Some(unsafe { std::slice::from_raw_parts(self.rx.add(off), self.rx_left) })
+    }
+
+    fn poll_peek(&mut self) -> Peeked<'_> {
+        self.awake();
+        match self.next_record() {
+            Ok(true) => {
+                let off = (self.rx_tail & (self.cap - 1)) as usize;
+                // SAFETY: as in peek.
+                Peeked::Bytes(unsafe { std::slice::from_raw_parts(self.rx.add(off), self.rx_left) })
+            }
+            Ok(false) if !self.peer_closed() && !self.peer_dead => {
+                self.publish_tail();
+                Peeked::Nothing
+            }
+            _ => Peeked::Attention,
+        }
+    }
+
+    fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> io::Result<usize> {
+        let total = header.len() + payload.len();
+        if total != 0
+            && total < REC_ALIGNED
+            && !self.peer_closed()
+            && !self.peer_dead
+            && self.write_small(&[header, payload], total)
+        {
+            return Ok(total);
+        }
+        self.write_vectored(&[IoSlice::new(header), IoSlice::new(payload)])
     }
 
     fn consume(&mut self, n: usize) {
