@@ -28,6 +28,7 @@ mod tx;
 pub use crate::buffer::Buffer;
 pub use crate::core::{Core, DirectWrite, Filter, Stats, TagMatch};
 pub use crate::slab::Handle;
+pub use crate::tx::InlineHeader;
 pub use hx_wire as wire;
 
 use std::fmt;
