@@ -31,6 +31,11 @@ pub const FLAG_ACK_REQ: u8 = 1;
 pub const FLAG_DIRECT: u8 = 2;
 /// Flag on an Eager or Rts: `data` carries the sender's immediate data.
 pub const FLAG_DATA: u8 = 4;
+/// Flag on an Eager frame instead of [`FLAG_DATA`]: the immediate data sits in the `value`
+/// field (an eager frame's length is its `payload_len` anyway), so the 48-byte header carries
+/// it and a small message with data fits one cache line over shared memory. Parsed into the
+/// same [`FrameHeader`] as the long form (`FLAG_DATA` set, `data` filled, `value` the length).
+pub const FLAG_DATA_IN_VALUE: u8 = 8;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +137,7 @@ impl FrameHeader {
             });
         }
         let kind = FrameKind::from_u8(buf[4])?;
-        let h = FrameHeader {
+        let mut h = FrameHeader {
             kind,
             flags: buf[5],
             src_ep: u16_at(buf, 6),
@@ -144,6 +149,18 @@ impl FrameHeader {
             ack: u64_at(buf, 40),
             data: if header_len >= 56 { u64_at(buf, 48) } else { 0 },
         };
+        if h.flags & FLAG_DATA_IN_VALUE != 0 {
+            if h.kind != FrameKind::Eager || h.flags & FLAG_DATA != 0 {
+                return Err(WireError::Inconsistent {
+                    kind,
+                    what: "data-in-value flag",
+                    value: h.flags as u64,
+                });
+            }
+            h.data = h.value;
+            h.value = h.payload_len as u64;
+            h.flags = h.flags & !FLAG_DATA_IN_VALUE | FLAG_DATA;
+        }
         h.check()?;
         Ok((h, header_len))
     }
@@ -239,6 +256,21 @@ pub fn eager_header(e: EagerHeader) -> [u8; HEADER_LEN] {
     b
 }
 
+/// The 48-byte form of [`eager_header`]'s frame (the array's first 48 bytes; byte 3 says 48):
+/// immediate data, if `e.flags` has [`FLAG_DATA`], travels in the value field
+/// ([`FLAG_DATA_IN_VALUE`]). Parses to the same header as the long form.
+#[inline]
+pub fn eager_header_short(e: EagerHeader) -> [u8; HEADER_LEN] {
+    let mut b = eager_header(e);
+    b[3] = MIN_HEADER_LEN as u8;
+    if e.flags & FLAG_DATA != 0 {
+        b[5] = e.flags & !FLAG_DATA | FLAG_DATA_IN_VALUE;
+        b[32..40].copy_from_slice(&e.data.to_le_bytes());
+    }
+    b[48..56].fill(0);
+    b
+}
+
 /// The fields an express receive needs of an eager frame, read in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EagerView {
@@ -272,12 +304,28 @@ pub fn eager_view(buf: &[u8]) -> Option<EagerView> {
     }
     let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let len = u32::from_le_bytes(b[12..16].try_into().unwrap());
+    let flags = b[5];
+    if flags & FLAG_DATA_IN_VALUE != 0 {
+        if flags & FLAG_DATA != 0 {
+            return None;
+        }
+        return Some(EagerView {
+            hlen,
+            flags: flags & !FLAG_DATA_IN_VALUE | FLAG_DATA,
+            src_ep: u16::from_le_bytes([b[6], b[7]]),
+            dst_ep: u16::from_le_bytes([b[8], b[9]]),
+            len: len as usize,
+            seq: word(16),
+            tag: word(24),
+            data: word(32),
+        });
+    }
     if word(32) != len as u64 {
         return None;
     }
     Some(EagerView {
         hlen,
-        flags: b[5],
+        flags,
         src_ep: u16::from_le_bytes([b[6], b[7]]),
         dst_ep: u16::from_le_bytes([b[8], b[9]]),
         len: len as usize,
@@ -368,6 +416,46 @@ mod tests {
             data: 0,
         };
         assert_eq!(eager_header(fields), h.to_bytes());
+    }
+
+    #[test]
+    fn the_short_eager_header_parses_as_the_long_one() {
+        let e = eager();
+        let mut fields = EagerHeader {
+            flags: e.flags,
+            src_ep: e.src_ep,
+            dst_ep: e.dst_ep,
+            len: e.payload_len,
+            seq: e.seq,
+            tag: e.tag,
+            ack: e.ack,
+            data: e.data,
+        };
+        for with_data in [true, false] {
+            if !with_data {
+                (fields.flags, fields.data) = (0, 0);
+            }
+            let long = eager_header(fields);
+            let short = eager_header_short(fields);
+            let (want, _) = FrameHeader::parse(&long).unwrap();
+            assert_eq!(FrameHeader::parse(&short[..48]), Ok((want, 48)));
+            view_agrees(&short[..48]);
+            assert_eq!(eager_view(&short[..48]).unwrap().data, fields.data);
+        }
+        // Data in the value field is for eager frames only, and not beside the data field.
+        let mut b = eager_header_short(fields);
+        b[5] = FLAG_DATA_IN_VALUE | FLAG_DATA;
+        assert!(matches!(
+            FrameHeader::parse(&b[..48]),
+            Err(WireError::Inconsistent { .. })
+        ));
+        view_agrees(&b[..48]);
+        let mut rts = FrameHeader::new(FrameKind::Rts);
+        rts.flags = FLAG_DATA_IN_VALUE;
+        assert!(matches!(
+            FrameHeader::parse(&rts.to_bytes()),
+            Err(WireError::Inconsistent { .. })
+        ));
     }
 
     /// The express view agrees with the full parse on every eager header and declines the rest.
