@@ -29,6 +29,7 @@ pub struct InlineHeader {
 
 impl std::ops::Deref for InlineHeader {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         &self.bytes[..self.bytes[3] as usize]
     }

@@ -259,15 +259,26 @@ pub fn eager_header(e: EagerHeader) -> [u8; HEADER_LEN] {
 /// The 48-byte form of [`eager_header`]'s frame (the array's first 48 bytes; byte 3 says 48):
 /// immediate data, if `e.flags` has [`FLAG_DATA`], travels in the value field
 /// ([`FLAG_DATA_IN_VALUE`]). Parses to the same header as the long form.
-#[inline]
+#[inline(always)]
 pub fn eager_header_short(e: EagerHeader) -> [u8; HEADER_LEN] {
-    let mut b = eager_header(e);
+    let (flags, value) = if e.flags & FLAG_DATA != 0 {
+        (e.flags & !FLAG_DATA | FLAG_DATA_IN_VALUE, e.data)
+    } else {
+        (e.flags, e.len as u64)
+    };
+    let mut b = [0u8; HEADER_LEN];
+    b[0..2].copy_from_slice(&MAGIC);
+    b[2] = VERSION;
     b[3] = MIN_HEADER_LEN as u8;
-    if e.flags & FLAG_DATA != 0 {
-        b[5] = e.flags & !FLAG_DATA | FLAG_DATA_IN_VALUE;
-        b[32..40].copy_from_slice(&e.data.to_le_bytes());
-    }
-    b[48..56].fill(0);
+    b[4] = FrameKind::Eager as u8;
+    b[5] = flags;
+    b[6..8].copy_from_slice(&e.src_ep.to_le_bytes());
+    b[8..10].copy_from_slice(&e.dst_ep.to_le_bytes());
+    b[12..16].copy_from_slice(&e.len.to_le_bytes());
+    b[16..24].copy_from_slice(&e.seq.to_le_bytes());
+    b[24..32].copy_from_slice(&e.tag.to_le_bytes());
+    b[32..40].copy_from_slice(&value.to_le_bytes());
+    b[40..48].copy_from_slice(&e.ack.to_le_bytes());
     b
 }
 
