@@ -236,6 +236,8 @@ pub struct Core<B> {
     pub(crate) eps: FxHashMap<EpId, EpQueues>,
     pub(crate) dirty: Vec<Rank>,
     pub(crate) spare_bufs: Vec<Vec<u8>>,
+    /// tx_round's per-rail figures (busy time, rate, rail), kept to spare an allocation a round.
+    pub(crate) round_scratch: Vec<(f64, f64, usize)>,
     pub(crate) resends: u64,
     pub(crate) direct_q: VecDeque<DirectWrite>,
     /// Data of the message being sent to self (passed to `send_to_self`).
@@ -326,6 +328,7 @@ impl<B: Buffer> Core<B> {
             eps: FxHashMap::default(),
             dirty: Vec::new(),
             spare_bufs: Vec::new(),
+            round_scratch: Vec::new(),
             resends: 0,
             direct_q: VecDeque::new(),
             finished: None,

@@ -6,7 +6,7 @@ use std::io::IoSlice;
 
 use hx_wire::{FrameHeader, FrameKind, FLAG_ACK_REQ, HEADER_LEN};
 
-use crate::core::{PullJob, ReqKind, Request};
+use crate::core::{Peer, PullJob, ReqKind, Request};
 use crate::{Buffer, Completion, Core, EpId, Policy, ProtoError, Rank, ReqId};
 
 /// Frames in a rail's log beyond which the next frame asks for an acknowledgement.
@@ -728,7 +728,8 @@ impl<B: Buffer> Core<B> {
         if !start || p.pull_q.is_empty() || self.cfg.policy != Policy::Adaptive {
             return;
         }
-        let mut up: Vec<(f64, f64, usize)> = Vec::new();
+        let mut up = std::mem::take(&mut self.round_scratch);
+        up.clear();
         // Measured rates in whole powers of two of the fastest: equal links measure up to a
         // fifth apart, and shares that follow that noise cost more at a burst's end than
         // finer weights gain on unequal links. Unknown (a link not measured yet): all equal.
@@ -743,11 +744,15 @@ impl<B: Buffer> Core<B> {
             };
             up.push((r.link_backlog as f64 / rate, rate, i));
         }
-        if up.len() < 2 {
-            return;
+        if up.len() >= 2 {
+            Self::share_round(p, &mut up);
         }
-        // Water-filling: the time `t` by which all links would be done, found by adding the
-        // links in the order they run dry; a link already busy past `t` takes nothing.
+        self.round_scratch = up;
+    }
+
+    /// Water-filling: the time `t` by which all links would be done, found by adding the links
+    /// in the order they run dry; a link already busy past `t` takes nothing.
+    fn share_round(p: &mut Peer, up: &mut [(f64, f64, usize)]) {
         up.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut left = p.pull_q.iter().map(|j| j.end - j.next).sum::<usize>() as f64;
         let (mut t, mut rate_sum) = (up[0].0, 0.0);
@@ -761,7 +766,7 @@ impl<B: Buffer> Core<B> {
                 break;
             }
         }
-        for &(busy, rate, i) in &up {
+        for &(busy, rate, i) in up.iter() {
             let r = &mut p.rails[i];
             r.turn_cap = ((t - busy).max(0.0) * rate).ceil() as usize;
             r.round_pulled = 0;
