@@ -237,14 +237,17 @@ pub fn parse_delay(s: &str) -> Result<f64, TestbedError> {
 /// 116.5-118.5 MB/s per rail (with retransmits) on 4 rails at once, because a late tbf watchdog
 /// loses tokens; a 128 KiB burst (~1 ms at 1 Gbit/s) gives 119.43-119.48 MB/s per rail on 1 and 4
 /// rails with no retransmits (wire limit for TCP payload at tbf's 1514-byte frames: 119.55). A
-/// 256 KiB queue drops (1000+ retransmits in 5 s); 1 MiB (8 ms) does not. Faster rails scale both
-/// with the rate (1 ms burst, 8 ms queue).
+/// 256 KiB queue drops (1000+ retransmits in 5 s); 1 MiB (8.4 ms) does not. The queue is that
+/// long in time at every rate, and at least one burst: a switch port's buffer, not a fixed
+/// megabyte, which at 100 Mbit/s held 84 ms and gave an 8-host all-to-all a tail of 0.3-0.5 s
+/// per round (84-87% of the link model; 96% with 128 KiB, BENCHMARKS.md "hyper-crossbar").
 pub fn tbf_params(rate_bits: u64, mtu: u32) -> (u64, u64) {
     let bytes_per_s = rate_bits / 8;
     let burst = (bytes_per_s / 1000)
         .max(128 * 1024)
         .max(2 * mtu as u64 + 64);
-    let limit = (bytes_per_s / 125).max(1024 * 1024).max(4 * burst);
+    // 1 MiB per 125 MB/s (1 Gbit/s): 8.4 ms.
+    let limit = ((bytes_per_s as u128 * (1 << 20) / 125_000_000) as u64).max(burst);
     (burst, limit)
 }
 
@@ -331,6 +334,9 @@ mod tests {
         assert_eq!(tbf_params(1_000_000_000, 1500), (131072, 1024 * 1024));
         let (b, l) = tbf_params(4_000_000_000, 9000);
         assert_eq!(b, 500_000);
-        assert_eq!(l, 4_000_000);
+        assert_eq!(l, 4 * 1024 * 1024);
+        // Slow links keep the same 8.4 ms of queue (at least a burst), not a megabyte.
+        assert_eq!(tbf_params(500_000_000, 1500), (131072, 512 * 1024));
+        assert_eq!(tbf_params(100_000_000, 1500), (131072, 131072));
     }
 }
