@@ -19,7 +19,7 @@
 #    peer, 5 rounds; a round's time is the slowest rank's, median of rounds 2..5) against the link
 #    model (bytes x hops over capacity: 2x2x2 x 2: 96 S byte-hops over 48 NIC-directions = 2 S / C;
 #    1D: 7 S / (6 C); C = iperf3 over one link of that testbed in the same run); `bench is --class
-#    IS_CLASS` and `bench cg --nx CG_N --ny CG_N` (seconds per iteration), 2x2x2 against 1D and
+#    IS_CLASS` and `bench cg --nx CG_N --ny CG_N --iterations CG_ITERS` (seconds per iteration), 2x2x2 against 1D and
 #    against 1D plus the model's extra time for IS's key exchange.
 # 3. CPU: for every measurement the machine's idle share and softirq time (/proc/stat: global, the
 #    namespaces share one kernel) over the command, and for the corner transfers the bytes the six
@@ -39,6 +39,9 @@ SECS=${SECS:-5}
 A2A_SIZE=${A2A_SIZE:-16M}
 IS_CLASS=${IS_CLASS:-B}
 CG_N=${CG_N:-4096}
+# 400 iterations: CG's per-run times spread 0.92-1.11x between layouts at 100 (the 2 cores'
+# computation, not the network), which a 5% verdict cannot ride on.
+CG_ITERS=${CG_ITERS:-400}
 exec 9>/tmp/hxcomm-bench.lock
 echo "waiting for /tmp/hxcomm-bench.lock ..." >&2
 flock 9
@@ -185,16 +188,16 @@ for r in $(seq 1 "$RUNS"); do
   for l in hk hd; do
     measure "a2a_$l" "$r" $l run8 $l bench alltoall --size "$A2A_SIZE" --rounds 5 --throughput
     measure "is_$l" "$r" $l run8 $l bench is --class "$IS_CLASS" --json
-    measure "cg_$l" "$r" $l run8 $l bench cg --nx "$CG_N" --ny "$CG_N" --json
+    measure "cg_$l" "$r" $l run8 $l bench cg --nx "$CG_N" --ny "$CG_N" --iterations "$CG_ITERS" --json
   done
 done
 end_date=$(date -u '+%H:%M UTC')
 
 python3 - "$out" "$RUNS" "$RATE" "$RATE8" "$rate_mb" "$(mbps "$RATE8")" "$A2A_SIZE" "$IS_CLASS" "$CG_N" \
-  "$start_date" "$end_date" "$commit" "$dirty" <<'PY'
+  "$start_date" "$end_date" "$commit" "$dirty" "$CG_ITERS" <<'PY'
 import glob, json, re, statistics, sys
 (out, runs, rate, rate8, rate_mb, rate8_mb, a2a_size, is_class, cg_n,
- start, end, commit, dirty) = sys.argv[1:]
+ start, end, commit, dirty, cg_iters) = sys.argv[1:]
 runs, rate_mb, rate8_mb = int(runs), float(rate_mb), float(rate8_mb)
 cpu = {}
 for line in open(f"{out}/cpu.txt"):
@@ -327,7 +330,7 @@ print(f"| all-to-all, MB/s sent per host | {f1(rk)} | {f1(rd)} | {f1(rk / rd if 
       f"{f1(7 * S / mk / 1e6 if mk else None)} | {f1(7 * S / md / 1e6 if md else None)} | | | | |")
 keys = {"S": 1 << 16, "W": 1 << 20, "A": 1 << 23, "B": 1 << 25, "C": 1 << 27}[is_class]
 for label, name, extra in [(f"IS class {is_class}, s per iteration", "is", True),
-                           (f"CG {cg_n}x{cg_n}, 100 iterations, s per iteration", "cg", False)]:
+                           (f"CG {cg_n}x{cg_n}, {cg_iters} iterations, s per iteration", "cg", False)]:
     k, raw[f"{label}, 2x2x2"] = med(kernel, f"{name}_hk")
     d, raw[f"{label}, 1D"] = med(kernel, f"{name}_hd")
     ck, _ = med(kernel, f"{name}_hk", "comm_s")
