@@ -124,12 +124,14 @@ fn check(lines: &[Value], transport: &str, parts: &[&str], block_parts: &[&str])
             }
             summarised += 1;
             check_parts(r, &what, want);
-            // Medians add up only for a population of one shape: the messages of the larger
-            // group. The smaller one mixes messages that just missed the receiver's sleep with
-            // ones that found it spinning (a CI run: 113 "awake" of 600, parts' medians 12.6
-            // against a median total of 7.6 us, their means 10.11 against 10.11); its means
-            // are checked below, as are everyone's.
-            if r["fraction"].as_f64().unwrap() >= 0.5 {
+            // Medians add up only for a population of one shape: the messages the receiver
+            // slept for, when they are the larger group. The "awake" ones mix messages that
+            // just missed the receiver's sleep with ones that found it spinning, whatever their
+            // share (CI runs: 113 "awake" of 600, parts' medians 12.6 against a median total
+            // of 7.6 us, means 10.11 against 10.11; and, with a faster ring, 383 of 600, 1.27
+            // against 3.71, means 4.52 against 4.52); their means are checked below, as are
+            // everyone's.
+            if r["receiver"] == "slept" && r["fraction"].as_f64().unwrap() >= 0.5 {
                 roughly(
                     &format!("{what}: sum of medians vs its median total"),
                     r["sum_p50_us"].as_f64().unwrap(),
