@@ -221,7 +221,7 @@ impl FrameHeader {
     }
 }
 
-/// The fields of an eager frame's header that a sender chooses (see [`eager_header`]).
+/// The fields of an eager frame's header that a sender chooses (see [`eager_header_short`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EagerHeader {
     pub flags: u8,
@@ -235,30 +235,10 @@ pub struct EagerHeader {
     pub data: u64,
 }
 
-/// The bytes of an eager frame's header: what [`FrameHeader::to_bytes`] gives for the same
-/// fields, written straight into the array (every small send makes one).
-#[inline]
-pub fn eager_header(e: EagerHeader) -> [u8; HEADER_LEN] {
-    let mut b = [0u8; HEADER_LEN];
-    b[0..2].copy_from_slice(&MAGIC);
-    b[2] = VERSION;
-    b[3] = HEADER_LEN as u8;
-    b[4] = FrameKind::Eager as u8;
-    b[5] = e.flags;
-    b[6..8].copy_from_slice(&e.src_ep.to_le_bytes());
-    b[8..10].copy_from_slice(&e.dst_ep.to_le_bytes());
-    b[12..16].copy_from_slice(&e.len.to_le_bytes());
-    b[16..24].copy_from_slice(&e.seq.to_le_bytes());
-    b[24..32].copy_from_slice(&e.tag.to_le_bytes());
-    b[32..40].copy_from_slice(&(e.len as u64).to_le_bytes());
-    b[40..48].copy_from_slice(&e.ack.to_le_bytes());
-    b[48..56].copy_from_slice(&e.data.to_le_bytes());
-    b
-}
-
-/// The 48-byte form of [`eager_header`]'s frame (the array's first 48 bytes; byte 3 says 48):
-/// immediate data, if `e.flags` has [`FLAG_DATA`], travels in the value field
-/// ([`FLAG_DATA_IN_VALUE`]). Parses to the same header as the long form.
+/// An eager frame's header in the 48-byte form (the array's first 48 bytes; byte 3 says 48),
+/// written straight into the array (every small send makes one): immediate data, if `e.flags`
+/// has [`FLAG_DATA`], travels in the value field ([`FLAG_DATA_IN_VALUE`]). Parses to the same
+/// header as [`FrameHeader::to_bytes`] of the same fields.
 #[inline(always)]
 pub fn eager_header_short(e: EagerHeader) -> [u8; HEADER_LEN] {
     let (flags, value) = if e.flags & FLAG_DATA != 0 {
@@ -400,59 +380,35 @@ mod tests {
         assert_eq!(FrameHeader::parse(&old), Ok((want, 48)));
     }
 
-    #[test]
-    fn eager_header_is_to_bytes() {
-        let e = eager();
-        let fields = EagerHeader {
-            flags: e.flags,
-            src_ep: e.src_ep,
-            dst_ep: e.dst_ep,
-            len: e.payload_len,
-            seq: e.seq,
-            tag: e.tag,
-            ack: e.ack,
-            data: e.data,
-        };
-        assert_eq!(eager_header(fields), EAGER_BYTES);
-        let mut h = FrameHeader::new(FrameKind::Eager);
-        (h.payload_len, h.value, h.seq, h.tag) = (u32::MAX, u32::MAX as u64, u64::MAX, 1);
-        let fields = EagerHeader {
-            flags: 0,
-            src_ep: 0,
-            dst_ep: 0,
-            len: u32::MAX,
-            seq: u64::MAX,
-            tag: 1,
-            ack: 0,
-            data: 0,
-        };
-        assert_eq!(eager_header(fields), h.to_bytes());
+    /// `h`'s fields as a sender gives them to [`eager_header_short`].
+    fn fields_of(h: &FrameHeader) -> EagerHeader {
+        EagerHeader {
+            flags: h.flags,
+            src_ep: h.src_ep,
+            dst_ep: h.dst_ep,
+            len: h.payload_len,
+            seq: h.seq,
+            tag: h.tag,
+            ack: h.ack,
+            data: h.data,
+        }
     }
 
     #[test]
     fn the_short_eager_header_parses_as_the_long_one() {
-        let e = eager();
-        let mut fields = EagerHeader {
-            flags: e.flags,
-            src_ep: e.src_ep,
-            dst_ep: e.dst_ep,
-            len: e.payload_len,
-            seq: e.seq,
-            tag: e.tag,
-            ack: e.ack,
-            data: e.data,
-        };
-        for with_data in [true, false] {
-            if !with_data {
-                (fields.flags, fields.data) = (0, 0);
-            }
-            let long = eager_header(fields);
-            let short = eager_header_short(fields);
-            let (want, _) = FrameHeader::parse(&long).unwrap();
-            assert_eq!(FrameHeader::parse(&short[..48]), Ok((want, 48)));
+        let mut long = eager();
+        let mut no_data = eager();
+        (no_data.flags, no_data.data) = (0, 0);
+        let mut big = FrameHeader::new(FrameKind::Eager);
+        (big.payload_len, big.value, big.seq, big.tag) = (u32::MAX, u32::MAX as u64, u64::MAX, 1);
+        for h in [long, no_data, big] {
+            let short = eager_header_short(fields_of(&h));
+            assert_eq!(FrameHeader::parse(&short[..48]), Ok((h, 48)));
             view_agrees(&short[..48]);
-            assert_eq!(eager_view(&short[..48]).unwrap().data, fields.data);
+            assert_eq!(eager_view(&short[..48]).unwrap().data, h.data);
         }
+        long.flags = FLAG_DATA;
+        let fields = fields_of(&long);
         // Data in the value field is for eager frames only, and not beside the data field.
         let mut b = eager_header_short(fields);
         b[5] = FLAG_DATA_IN_VALUE | FLAG_DATA;
