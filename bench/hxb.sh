@@ -20,8 +20,13 @@
 #    model (bytes x hops over capacity: 2x2x2 x 2: 96 S byte-hops over 48 NIC-directions = 2 S / C;
 #    1D: 7 S / (6 C); C = iperf3 over one link of that testbed in the same run); `bench is --class
 #    IS_CLASS` and `bench cg --nx CG_N --ny CG_N --iterations CG_ITERS` (seconds per iteration), 2x2x2 against 1D and
-#    against 1D plus the model's extra time for IS's key exchange.
-# 3. CPU: for every measurement the machine's idle share and softirq time (/proc/stat: global, the
+#    against 1D plus the model's extra time for IS's key exchange; the same two kernels as MPI
+#    programs (bench/mpi_is.c, bench/mpi_cg.c) through Open MPI over the hxcomm provider.
+# 3. Detours (`net up --detours`: line neighbours also over 3-hop paths through the other
+#    dimensions): hosts 0 and 1 (line neighbours) one way and two ways at RATE without (hb) and
+#    with detours (testbed hy); the 8-host all-to-all, IS and CG at RATE8 with detours (hz)
+#    against hk.
+# 4. CPU: for every measurement the machine's idle share and softirq time (/proc/stat: global, the
 #    namespaces share one kernel) over the command, and for the corner transfers the bytes the six
 #    relay hosts transmitted (their NICs' tx counters): softirq seconds per GB forwarded.
 #    Before each measurement the script waits (up to 60 s) for a second with >= 90% idle (others
@@ -57,13 +62,15 @@ fi
 cp target/release/hxcomm target/release/libhxcomm_fi.so "$out/" || exit 1
 B=$out/hxcomm
 mpicc -O2 -o "$out/osu" bench/mpi_osu.c || exit 1
+mpicc -O2 -o "$out/mpi_is" bench/mpi_is.c || exit 1
+mpicc -O2 -o "$out/mpi_cg" bench/mpi_cg.c -lm || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 cleanup() {
   # Only this shell's own background jobs still running (iperf3 servers and clients).
   local j; j=$(jobs -p)
   [ -n "$j" ] && kill $j 2>/dev/null
-  for n in hb hk hd; do $B net down --name $n >/dev/null 2>&1; done
+  for n in hb hk hd hy hz; do $B net down --name $n >/dev/null 2>&1; done
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -72,6 +79,9 @@ topo=(--topology hxb:2x2x2 --links-per-dim 2)
 $B net up --name hb "${topo[@]}" --rate "$RATE" >"$out/net.log" || exit 1
 $B net up --name hk "${topo[@]}" --rate "$RATE8" >>"$out/net.log" || exit 1
 $B net up --name hd --hosts 8 --rails 6 --rate "$RATE8" >>"$out/net.log" || exit 1
+# The same two wirings with detours (line neighbours also through the other dimensions).
+$B net up --name hy "${topo[@]}" --detours --rate "$RATE" >>"$out/net.log" || exit 1
+$B net up --name hz "${topo[@]}" --detours --rate "$RATE8" >>"$out/net.log" || exit 1
 sleep 2
 mgmt() { $B net status --name "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["mgmt_net"])'; }
 # MB/s of a tc rate (10^6 bytes/s).
@@ -81,6 +91,9 @@ rate_mb=$(mbps "$RATE")
 iters() { python3 -c 'import sys; print(max(2, round(float(sys.argv[1]) * 0.9 * float(sys.argv[2]) / (64 * 4194304 / 1e6))))' "$1" "$SECS"; }
 bw_iters=$(iters "$(python3 -c "print(6 * $rate_mb)")")
 bibw_iters=$(iters "$(python3 -c "print(12 * $rate_mb)")")
+# Line neighbours without detours: their two direct links.
+ln_bw_iters=$(iters "$(python3 -c "print(2 * $rate_mb)")")
+ln_bibw_iters=$(iters "$(python3 -c "print(4 * $rate_mb)")")
 $B topo paths "${topo[@]}" --from 0 --to 7 | grep -v '^#' >"$out/paths.txt"
 
 # /proc/stat: total ticks, idle+iowait, softirq.
@@ -171,7 +184,20 @@ mpi() {
   timeout 180 mpirun "${c[@]}" "$out/osu" "$@"
 }
 run8() { local tb=$1; shift; $B run --net --name "$tb" -n 8 --timeout 300 -- "$B" "$@"; }
+# The MPI kernels (bench/mpi_is.c, mpi_cg.c) through Open MPI over the hxcomm provider, one rank
+# per host of testbed $1; on the hyper-crossbar the ranks are told its topology, on 1D the
+# provider finds the six rails by itself (the management network is left out).
+mpi8() {
+  local tb=$1; shift
+  local c=(-np 8 --host "${tb}0,${tb}1,${tb}2,${tb}3,${tb}4,${tb}5,${tb}6,${tb}7" --map-by node --bind-to none
+    --mca plm_rsh_agent "$PWD/bench/netns-rsh" --mca oob_tcp_if_include "$(mgmt "$tb")"
+    --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include hxcomm -x "FI_PROVIDER_PATH=$out")
+  [ "$tb" = hk ] && c+=(-x HX_TOPOLOGY=hxb:2x2x2 -x HX_LINKS_PER_DIM=2)
+  timeout 300 mpirun "${c[@]}" "$@"
+}
 corner() { $B run --net --name hb --net-hosts 0,7 -n 2 --timeout 300 -- "$B" "$@"; }
+# Line neighbours (hosts 0 and 1 differ in dimension 2) on testbed $1.
+pair() { local tb=$1; shift; $B run --net --name "$tb" --net-hosts 0,1 -n 2 --timeout 300 -- "$B" "$@"; }
 
 for r in $(seq 1 "$RUNS"); do
   echo "run $r of $RUNS: $(date -u +%H:%M:%S)" >&2
@@ -183,13 +209,22 @@ for r in $(seq 1 "$RUNS"); do
   measure mpi_tcp_bibw "$r" hb mpi tcp "bibw:4194304:$bibw_iters:1:64"
   measure mpi_hx_bw "$r" hb mpi hx "bw:4194304:$bw_iters:1:64"
   measure mpi_hx_bibw "$r" hb mpi hx "bibw:4194304:$bibw_iters:1:64"
+  measure ln_bw "$r" hb pair hb bench bw --sizes 4M:4M --iterations "$ln_bw_iters" --warmup 1 --json
+  measure ln_bibw "$r" hb pair hb bench bibw --sizes 4M:4M --iterations "$ln_bibw_iters" --warmup 1 --json
+  measure lnd_bw "$r" hy pair hy bench bw --sizes 4M:4M --iterations "$bw_iters" --warmup 1 --json
+  measure lnd_bibw "$r" hy pair hy bench bibw --sizes 4M:4M --iterations "$bibw_iters" --warmup 1 --json
   measure cap_hk "$r" hk iperf_one hk 10.10.2.1 10.10.2.2
   measure cap_hd "$r" hd iperf_one hd 10.10.0.1 10.10.0.2
   for l in hk hd; do
     measure "a2a_$l" "$r" $l run8 $l bench alltoall --size "$A2A_SIZE" --rounds 5 --throughput
     measure "is_$l" "$r" $l run8 $l bench is --class "$IS_CLASS" --json
     measure "cg_$l" "$r" $l run8 $l bench cg --nx "$CG_N" --ny "$CG_N" --iterations "$CG_ITERS" --json
+    measure "mpi_is_$l" "$r" $l mpi8 $l "$out/mpi_is" --class "$IS_CLASS" --json
+    measure "mpi_cg_$l" "$r" $l mpi8 $l "$out/mpi_cg" --nx "$CG_N" --ny "$CG_N" --iterations "$CG_ITERS" --json
   done
+  measure a2a_hz "$r" hz run8 hz bench alltoall --size "$A2A_SIZE" --rounds 5 --throughput
+  measure is_hz "$r" hz run8 hz bench is --class "$IS_CLASS" --json
+  measure cg_hz "$r" hz run8 hz bench cg --nx "$CG_N" --ny "$CG_N" --iterations "$CG_ITERS" --json
 done
 end_date=$(date -u '+%H:%M UTC')
 
@@ -330,7 +365,9 @@ print(f"| all-to-all, MB/s sent per host | {f1(rk)} | {f1(rd)} | {f1(rk / rd if 
       f"{f1(7 * S / mk / 1e6 if mk else None)} | {f1(7 * S / md / 1e6 if md else None)} | | | | |")
 keys = {"S": 1 << 16, "W": 1 << 20, "A": 1 << 23, "B": 1 << 25, "C": 1 << 27}[is_class]
 for label, name, extra in [(f"IS class {is_class}, s per iteration", "is", True),
-                           (f"CG {cg_n}x{cg_n}, {cg_iters} iterations, s per iteration", "cg", False)]:
+                           (f"CG {cg_n}x{cg_n}, {cg_iters} iterations, s per iteration", "cg", False),
+                           (f"MPI IS class {is_class} (Open MPI + hxcomm provider), s per iteration", "mpi_is", True),
+                           (f"MPI CG {cg_n}x{cg_n}, {cg_iters} iterations (Open MPI + hxcomm provider), s per iteration", "mpi_cg", False)]:
     k, raw[f"{label}, 2x2x2"] = med(kernel, f"{name}_hk")
     d, raw[f"{label}, 1D"] = med(kernel, f"{name}_hd")
     ck, _ = med(kernel, f"{name}_hk", "comm_s")
@@ -346,6 +383,24 @@ for label, name, extra in [(f"IS class {is_class}, s per iteration", "is", True)
     b = f"within 5% of 1D: {bar(100 * (ratio - 1), 5.0, ge=False) if ratio else 'no data'}"
     print(f"| {label} (comm s: {f1(ck, 3)} / {f1(cd, 3)}) | {f1(k, 3)} | {f1(d, 3)} | {f1(ratio, 3)}x | "
           f"{model} | | | | {b} | {f1(c(name + '_hk', 'idle'))} / {f1(c(name + '_hd', 'idle'))} (whole job) |")
+print(f"\n### Detours: line neighbours also through the other dimensions (medians of {runs} runs)\n")
+print(f"Hosts 0 and 1 differ in dimension 2: without detours their 2 direct links "
+      f"({2 * rate_mb:.1f} MB/s nominal one way at {rate}), with detours also 4 paths of 3 hops "
+      f"through dimensions 0 and 1 ({6 * rate_mb:.1f}). Eight hosts at {rate8}: hxb:2x2x2 x 2 "
+      f"without detours (testbed hk) and with (testbed hz).\n")
+print("| measurement | without detours | with detours | with / without | idle % without / with |")
+print("|---|---:|---:|---:|---|")
+for label, fn, a, b, p in [
+        (f"line neighbours one way, MB/s (bench bw 4 MiB, {rate})", hx, "ln_bw", "lnd_bw", 1),
+        (f"line neighbours both ways, MB/s (bench bibw 4 MiB, {rate})", hx, "ln_bibw", "lnd_bibw", 1),
+        (f"8-host all-to-all, {a2a_size} per peer, s per round ({rate8})",
+         lambda n, r: (a2a(n, r) or (None,))[0], "a2a_hk", "a2a_hz", 3),
+        (f"IS class {is_class}, s per iteration ({rate8})", kernel, "is_hk", "is_hz", 3),
+        (f"CG {cg_n}x{cg_n}, {cg_iters} iterations, s per iteration ({rate8})", kernel, "cg_hk", "cg_hz", 3)]:
+    x, raw[f"detours: {label}, without"] = med(fn, a)
+    y, raw[f"detours: {label}, with"] = med(fn, b)
+    print(f"| {label} | {f1(x, p)} | {f1(y, p)} | {f1(y / x if x and y else None, 3)}x | "
+          f"{f1(c(a, 'idle'))} / {f1(c(b, 'idle'))} |")
 print(f"\nDate {start} to {end}; commit {commit}" + (f" ({dirty} files of others modified in the working tree, not part of this run's code: the binaries are copies of target/release built at the start)" if int(dirty) else "") + ".")
 print(f"\nRaw per-run values (run order):\n")
 for k, v in raw.items():

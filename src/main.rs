@@ -34,9 +34,26 @@ enum Command {
     RunAgent,
 }
 
+/// The commands that only print: like other Unix tools they end quietly when the reader of
+/// their output goes away (`hxcomm net status | head`) instead of failing on EPIPE. The others
+/// run the engine, whose sockets must see EPIPE as an error, not a signal.
+fn die_on_sigpipe() {
+    // SAFETY: resetting a signal's disposition to the default, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     hx_engine::init_logging();
-    let code = match Cli::parse().command {
+    let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Net(_) | Command::Topo(_) | Command::Info
+    ) {
+        die_on_sigpipe();
+    }
+    let code = match cli.command {
         Command::Run(a) => hx_launcher::run(a),
         Command::Net(a) => hx_testbed::run(a),
         Command::Bench(a) => hx_bench::run(a),

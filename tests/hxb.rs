@@ -2,7 +2,8 @@
 //! dimension reach every other host over the topology's disjoint paths, most of them relayed by
 //! other hosts' kernels. Validated traffic between every pair under every policy; between
 //! opposite corners while the relay hosts run no rank of the job, while they run another job's
-//! ranks that are stopped (SIGSTOP), and while a relay's link on one path is cut.
+//! ranks that are stopped (SIGSTOP), and while a relay's link on one path is cut; and line
+//! neighbours over their detours through the other dimensions.
 //!
 //! Needs root and network namespaces: skips visibly without (tests/util/skip.rs), fails under
 //! `CI=true`.
@@ -184,6 +185,76 @@ fn opposite_corners_with_no_rank_on_the_relays() {
         6,
         "six paths of 3 hops: {text}"
     );
+}
+
+/// With detours (`net up --detours`, HX_DETOURS=1 from `hxcomm run --net`), line neighbours
+/// (hosts 0 and 1 differ in dimension 2) have six paths: their two direct links and four 3-hop
+/// detours through dimensions 0 and 1, every one carrying part of the striped traffic, every
+/// byte checked; the detours' relays (hosts 2 and 4, 3 and 5) forwarded it over their links of
+/// dimension 2.
+#[test]
+fn line_neighbours_take_detours() {
+    if !util::skip::need_netns() {
+        return;
+    }
+    let _lock =
+        hx_demo::lock::BenchLock::acquire(Path::new(hx_demo::lock::BENCH_LOCK), &|| false).unwrap();
+    let name = format!("xd{}", std::process::id() % 1000);
+    let spec = TestbedSpec::hxb(&name, &topology().with_detours(true)).with_rate(Some("1gbit"));
+    let tb = Testbed::up(&spec).expect("testbed up");
+    let tx = || -> Vec<u64> {
+        let out = Command::new(hxcomm())
+            .args(["net", "status", "--json", "--name", tb.name()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", output_text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["detours"], true);
+        let hosts = v["hosts"].as_array().unwrap();
+        [2, 3, 4, 5]
+            .iter()
+            .flat_map(|&k| hosts[k]["rails"].as_array().unwrap().clone())
+            .filter(|r| r["dim"] == 2)
+            .map(|r| r["tx_bytes"].as_u64().unwrap())
+            .collect()
+    };
+    let before = tx();
+    let out = run(
+        &tb,
+        &["-n", "2", "--net-hosts", "0,1", "--policy", "stripe"],
+    )
+    .args(["bench", "stress", "--messages", "300", "--max-size", "4M"])
+    .args(["--seed", "11", "--json"])
+    .output()
+    .unwrap();
+    let lines = stress_summaries(&out, 2, 300);
+    assert_every_rail_carried(&lines, 6);
+    let after = tx();
+    assert_eq!(after.len(), 8);
+    for (i, (a, b)) in after.iter().zip(&before).enumerate() {
+        assert!(
+            a - b > 1_000_000,
+            "relay NIC {i} (hosts 2..5, dimension 2) forwarded only {} bytes",
+            a - b
+        );
+    }
+    let bw = run(&tb, &["-n", "2", "--net-hosts", "0,1"])
+        .args([
+            "bench",
+            "bw",
+            "--validate",
+            "--sizes",
+            "64k:4M",
+            "--iterations",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    let text = output_text(&bw);
+    assert!(bw.status.success(), "{text}");
+    assert!(text.contains("6 rails to rank 1"), "{text}");
+    assert_eq!(text.matches(":3h").count(), 4, "four detours: {text}");
+    assert_eq!(text.matches(":1h").count(), 2, "two direct links: {text}");
 }
 
 /// Another job's ranks run on the six relay hosts and are stopped (SIGSTOP) while the corners

@@ -31,7 +31,7 @@ struct Net {
 }
 
 impl Net {
-    fn up(name: &str, topology: &str, links: u32) -> Net {
+    fn up(name: &str, topology: &str, links: u32, detours: bool) -> Net {
         let net = Net {
             name: name.to_string(),
         };
@@ -46,6 +46,7 @@ impl Net {
                 &links,
             ])
             .args(["--rate", "none", "--name", name])
+            .args(detours.then_some("--detours"))
             .output()
             .unwrap();
         assert!(out.status.success(), "net up: {}", output_text(&out));
@@ -96,10 +97,32 @@ enum Decision {
     },
 }
 
-/// `ip -n NS -o route get ADDR`, parsed.
-fn route_get(ns: &str, addr: Ipv4Addr) -> Result<Decision, String> {
+/// `ip -n NS -o route get ADDR`, parsed: the decision for a packet the host sends itself; with
+/// `arrived` = (source address, incoming interface), for one it forwards (`from SRC iif DEV`:
+/// forwarded packets do not see the detour rule, which matches `iif lo` only).
+fn route_get(
+    ns: &str,
+    addr: Ipv4Addr,
+    arrived: Option<(Ipv4Addr, &str)>,
+) -> Result<Decision, String> {
+    let mut args = vec![
+        "-n".to_string(),
+        ns.to_string(),
+        "-o".into(),
+        "route".into(),
+        "get".into(),
+        addr.to_string(),
+    ];
+    if let Some((src, iif)) = arrived {
+        args.extend([
+            "from".into(),
+            src.to_string(),
+            "iif".into(),
+            iif.to_string(),
+        ]);
+    }
     let out = Command::new("ip")
-        .args(["-n", ns, "-o", "route", "get", &addr.to_string()])
+        .args(&args)
         .output()
         .map_err(|e| format!("ip: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -129,15 +152,16 @@ fn route_get(ns: &str, addr: Ipv4Addr) -> Result<Decision, String> {
 /// compares each hop with the intended path. Returns the number of `route get`s asked and
 /// every mismatch.
 fn check_routes(net: &Net, t: &Topology) -> (usize, Vec<String>) {
-    let mut cache: HashMap<(u32, Ipv4Addr), Result<Decision, String>> = HashMap::new();
+    type Key = (u32, Ipv4Addr, Option<(Ipv4Addr, String)>);
+    let mut cache: HashMap<Key, Result<Decision, String>> = HashMap::new();
     let mut asked = 0;
     let mut errors = Vec::new();
-    let mut decide = |host: u32, addr: Ipv4Addr| {
+    let mut decide = |host: u32, addr: Ipv4Addr, arrived: Option<(Ipv4Addr, &str)>| {
         cache
-            .entry((host, addr))
+            .entry((host, addr, arrived.map(|(a, i)| (a, i.to_string()))))
             .or_insert_with(|| {
                 asked += 1;
-                route_get(&net.ns(host), addr)
+                route_get(&net.ns(host), addr, arrived)
             })
             .clone()
     };
@@ -151,7 +175,10 @@ fn check_routes(net: &Net, t: &Topology) -> (usize, Vec<String>) {
                 let mut at = src;
                 let mut ok = true;
                 for (i, hop) in path.hops.iter().enumerate() {
-                    match decide(at, path.dst_addr) {
+                    let arrived = i
+                        .checked_sub(1)
+                        .map(|p| (path.src_addr, path.hops[p].iface.as_str()));
+                    match decide(at, path.dst_addr, arrived) {
                         Ok(Decision::Out { dev, next, src: s }) => {
                             let owner = t.locate(next).map(|(h, _, _)| h);
                             if dev != hop.iface || next != hop.next_hop || owner != Some(hop.to) {
@@ -183,7 +210,8 @@ fn check_routes(net: &Net, t: &Topology) -> (usize, Vec<String>) {
                     at = hop.to;
                 }
                 if ok {
-                    match decide(at, path.dst_addr) {
+                    let last = path.hops.last().map(|h| (path.src_addr, h.iface.as_str()));
+                    match decide(at, path.dst_addr, last) {
                         Ok(Decision::Local) if at == dst => {}
                         other => errors.push(format!(
                             "{what}: at the end of the path (host {at}) the kernel says \
@@ -221,17 +249,19 @@ fn ping_all(net: &Net, t: &Topology, src: u32) -> Vec<String> {
 /// Brings up `topology` with `links` links per dimension, checks the status, the route
 /// decisions of every pair and the pings from `pingers`, takes it down and checks that nothing
 /// is left.
-fn check(tag: &str, topology: &str, links: u32, pingers: &[u32]) {
+fn check(tag: &str, topology: &str, links: u32, detours: bool, pingers: &[u32]) {
     if !(util::skip::need_netns() && util::skip::need_tool("ping", &["-V"], "iputils-ping")) {
         return;
     }
     let _lock =
         hx_demo::lock::BenchLock::acquire(Path::new(hx_demo::lock::BENCH_LOCK), &|| false).unwrap();
-    let t = Topology::parse(topology, links).unwrap();
+    let t = Topology::parse(topology, links)
+        .unwrap()
+        .with_detours(detours);
     let name = format!("hxt{}{tag}", std::process::id() % 1000);
     let started = Instant::now();
     {
-        let net = Net::up(&name, topology, links);
+        let net = Net::up(&name, topology, links, detours);
         let up = started.elapsed();
 
         // net status --json: the topology, each host's coordinates and NICs.
@@ -243,6 +273,7 @@ fn check(tag: &str, topology: &str, links: u32, pingers: &[u32]) {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["topology"], topology);
         assert_eq!(v["links_per_dim"], links);
+        assert_eq!(v["detours"], detours);
         let hosts = v["hosts"].as_array().unwrap();
         assert_eq!(hosts.len() as u32, t.hosts());
         for (k, h) in hosts.iter().enumerate() {
@@ -280,6 +311,22 @@ fn check(tag: &str, topology: &str, links: u32, pingers: &[u32]) {
             errors[..errors.len().min(20)].join("\n")
         );
 
+        // Every namespace as `topo check` sees it (with detours: the rule and table too).
+        for k in 0..t.hosts() {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &net.ns(k), hxcomm(), "topo", "check"])
+                .args([
+                    "--topology",
+                    topology,
+                    "--links-per-dim",
+                    &links.to_string(),
+                ])
+                .args(detours.then_some("--detours"))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "host {k}: {}", output_text(&out));
+        }
+
         let t0 = Instant::now();
         let mut failed = Vec::new();
         for &p in pingers {
@@ -309,12 +356,20 @@ fn check(tag: &str, topology: &str, links: u32, pingers: &[u32]) {
 
 #[test]
 fn hxb_2x2x2_two_links_kernel_routes_follow_intended_paths() {
-    check("a", "hxb:2x2x2", 2, &[0, 7]);
+    check("a", "hxb:2x2x2", 2, false, &[0, 7]);
 }
 
 #[test]
 fn hxb_3x3x2_one_link_kernel_routes_follow_intended_paths() {
-    check("b", "hxb:3x3x2", 1, &[0, 17]);
+    check("b", "hxb:3x3x2", 1, false, &[0, 17]);
+}
+
+/// With detours, a line neighbour's addresses of the other dimensions are reached over 3-hop
+/// detours (the source's detour table), every other path as without them (relays forward by
+/// the main table), and `topo check --detours` is OK in every namespace.
+#[test]
+fn hxb_3x3x2_with_detours_kernel_routes_follow_intended_paths() {
+    check("c", "hxb:3x3x2", 1, true, &[0, 17]);
 }
 
 /// Runs `cmd` (a shell command line) in namespace `ns`; panics with its output if it fails.
@@ -370,7 +425,7 @@ fn hxb_2x2x2_topo_check_finds_what_was_broken() {
     let t = Topology::parse("hxb:2x2x2", 2).unwrap();
     let name = format!("hxt{}c", std::process::id() % 1000);
     {
-        let net = Net::up(&name, "hxb:2x2x2", 2);
+        let net = Net::up(&name, "hxb:2x2x2", 2, false);
         for k in 0..t.hosts() {
             let c: Vec<String> = t.coords(k).unwrap().iter().map(|c| c.to_string()).collect();
             let (code, out) = topo_check(&net, k, &[]);

@@ -28,6 +28,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "with HX_TOPOLOGY: links (NICs) per host and dimension",
     ),
     (
+        "DETOURS",
+        "0",
+        "with HX_TOPOLOGY: line neighbours also over 3-hop detours through the other dimensions",
+    ),
+    (
         "TRANSPORTS",
         "shm,tcp",
         "shm,tcp: same-host peers use shared memory; tcp: the network path",
@@ -188,12 +193,13 @@ pub fn report(get: &dyn Fn(&str) -> Option<String>) -> Result<String, crate::Err
     }
     if let Some(p) = &place {
         out.push_str(&format!(
-            "  topology: host {} {:?} of {} with {} link(s) per dimension; peers over its \
+            "  topology: host {} {:?} of {} with {} link(s) per dimension{}; peers over its \
              disjoint paths\n",
             p.host,
             p.topo.coords(p.host).unwrap_or_default(),
             p.topo.spec(),
-            p.topo.links_per_dim()
+            p.topo.links_per_dim(),
+            if p.topo.detours() { " and detours" } else { "" }
         ));
     }
     if mgmt.is_none() {

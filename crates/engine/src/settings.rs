@@ -13,8 +13,8 @@ pub struct Settings {
     pub protocol: Config,
     /// HX_RAILS: use only these interfaces (by name).
     pub rails: Option<Vec<String>>,
-    /// HX_TOPOLOGY and HX_LINKS_PER_DIM: the hyper-crossbar this host is part of; peers are
-    /// reached over the topology's disjoint paths, relayed by other hosts' kernels.
+    /// HX_TOPOLOGY, HX_LINKS_PER_DIM and HX_DETOURS: the hyper-crossbar this host is part of;
+    /// peers are reached over the topology's disjoint paths, relayed by other hosts' kernels.
     pub topology: Option<hx_topology::Topology>,
     /// HX_LOOPBACK_RAILS: connections per peer between ranks on the same host.
     pub loopback_rails: usize,
@@ -166,18 +166,33 @@ impl Settings {
 
 fn topology(var: Lookup) -> Result<Option<hx_topology::Topology>, Error> {
     let links = var("HX_LINKS_PER_DIM");
+    let detours = match var("HX_DETOURS").as_deref().map(str::trim) {
+        None | Some("") | Some("0") | Some("no") | Some("false") => false,
+        Some("1") | Some("yes") | Some("true") => true,
+        Some(v) => return Err(Error::Config(format!("HX_DETOURS={v}: expected 0 or 1"))),
+    };
     let Some(spec) = var("HX_TOPOLOGY") else {
-        return match links {
-            None => Ok(None),
-            Some(l) => Err(Error::Config(format!(
+        return match (links, detours) {
+            (None, false) => Ok(None),
+            (Some(l), _) => Err(Error::Config(format!(
                 "HX_LINKS_PER_DIM={l} without HX_TOPOLOGY: set both (e.g. HX_TOPOLOGY=hxb:2x2x2)"
             ))),
+            (None, true) => Err(Error::Config(
+                "HX_DETOURS=1 without HX_TOPOLOGY: detours need a hyper-crossbar \
+                 (e.g. HX_TOPOLOGY=hxb:2x2x2)"
+                    .into(),
+            )),
         };
     };
     let links: u32 = num(var, "HX_LINKS_PER_DIM", 1)?;
-    hx_topology::Topology::parse(spec.trim(), links)
-        .map(Some)
-        .map_err(|e| Error::Config(format!("HX_TOPOLOGY={spec}, HX_LINKS_PER_DIM={links}: {e}")))
+    let t = hx_topology::Topology::parse(spec.trim(), links)
+        .map_err(|e| Error::Config(format!("HX_TOPOLOGY={spec}, HX_LINKS_PER_DIM={links}: {e}")))?;
+    if detours && t.ndims() == 1 {
+        return Err(Error::Config(format!(
+            "HX_DETOURS=1 with HX_TOPOLOGY={spec}: one dimension has no other to detour through"
+        )));
+    }
+    Ok(Some(t.with_detours(detours)))
 }
 
 fn tcp_congestion(var: Lookup) -> Result<Option<String>, Error> {
@@ -265,6 +280,31 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn detours_need_a_multi_dimensional_topology() {
+        let with = |pairs: &[(&str, &str)]| {
+            let v: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            topology(&move |n: &str| v.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()))
+        };
+        let t = with(&[("HX_TOPOLOGY", "hxb:2x2x2"), ("HX_DETOURS", "1")]).unwrap();
+        assert!(t.unwrap().detours());
+        let t = with(&[("HX_TOPOLOGY", "hxb:2x2x2")]).unwrap();
+        assert!(!t.unwrap().detours());
+        let e = with(&[("HX_DETOURS", "1")]).unwrap_err().to_string();
+        assert!(e.contains("without HX_TOPOLOGY"), "{e}");
+        let e = with(&[("HX_TOPOLOGY", "hxb:8"), ("HX_DETOURS", "1")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one dimension"), "{e}");
+        let e = with(&[("HX_TOPOLOGY", "hxb:2x2"), ("HX_DETOURS", "maybe")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("HX_DETOURS=maybe"), "{e}");
     }
 
     #[test]

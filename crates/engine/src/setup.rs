@@ -163,9 +163,10 @@ impl Place {
 
 fn describe_topology(t: &Topology) -> String {
     format!(
-        "HX_TOPOLOGY={} with {} link(s) per dimension",
+        "HX_TOPOLOGY={} with {} link(s) per dimension{}",
         t.spec(),
-        t.links_per_dim()
+        t.links_per_dim(),
+        if t.detours() { " and HX_DETOURS=1" } else { "" }
     )
 }
 

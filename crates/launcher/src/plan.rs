@@ -355,9 +355,10 @@ fn check_net_hosts(list: &[u32], hosts: u32, prefix: &str) -> Result<(), PlanErr
     Ok(())
 }
 
-/// HX_TOPOLOGY and HX_LINKS_PER_DIM for the ranks of a hyper-crossbar testbed, from its
-/// record, unless the user set HX_TOPOLOGY or HX_RAILS (here or with --env). A flat testbed
-/// needs them only beyond the rails an address names (the plan gives the others).
+/// HX_TOPOLOGY, HX_LINKS_PER_DIM (and HX_DETOURS=1 if it has detours) for the ranks of a
+/// hyper-crossbar testbed, from its record, unless the user set HX_TOPOLOGY or HX_RAILS (here
+/// or with --env). A flat testbed needs them only beyond the rails an address names (the plan
+/// gives the others).
 fn testbed_topology_env(prefix: &str, env: &[(String, String)]) -> Vec<(String, String)> {
     let user_set = |k: &str| std::env::var_os(k).is_some() || env.iter().any(|(n, _)| n == k);
     if user_set("HX_TOPOLOGY") || user_set("HX_RAILS") {
@@ -368,13 +369,17 @@ fn testbed_topology_env(prefix: &str, env: &[(String, String)]) -> Vec<(String, 
             if info.topology.ndims() > 1
                 || info.topology.nics_per_host() > hx_wire::ADDRESS_MAX_RAILS =>
         {
-            vec![
+            let mut v = vec![
                 ("HX_TOPOLOGY".to_owned(), info.topology.spec()),
                 (
                     "HX_LINKS_PER_DIM".to_owned(),
                     info.topology.links_per_dim().to_string(),
                 ),
-            ]
+            ];
+            if info.topology.detours() && !user_set("HX_DETOURS") {
+                v.push(("HX_DETOURS".to_owned(), "1".to_owned()));
+            }
+            v
         }
         _ => Vec::new(),
     }

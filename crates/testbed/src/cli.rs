@@ -50,6 +50,10 @@ pub struct UpArgs {
     /// With --topology: links (NICs) per host and dimension (default 1).
     #[arg(long, requires = "topology")]
     pub links_per_dim: Option<u32>,
+    /// With --topology: line neighbours also reached through every other dimension (3-hop
+    /// detours; README "Detours"); `hxcomm run --net` then sets HX_DETOURS=1.
+    #[arg(long, requires = "topology")]
+    pub detours: bool,
     /// Egress rate of every rail interface (tbf): `1gbit`, `none`, or one per rail (NIC, in
     /// the order x0l0, x0l1, .., x1l0, ..) (`1gbit,1gbit,2gbit,4gbit`).
     #[arg(long, default_value = "1gbit")]
@@ -121,7 +125,12 @@ fn up_spec(a: UpArgs) -> Result<TestbedSpec, TestbedError> {
         Some(t) => {
             let t = hx_topology::Topology::parse(t, a.links_per_dim.unwrap_or(1))
                 .map_err(|e| TestbedError::InvalidSpec(format!("--topology: {e}")))?;
-            TestbedSpec::hxb(&a.name.name, &t)
+            if a.detours && t.ndims() == 1 {
+                return Err(TestbedError::InvalidSpec(
+                    "--detours needs a topology of two or more dimensions".into(),
+                ));
+            }
+            TestbedSpec::hxb(&a.name.name, &t.with_detours(a.detours))
         }
         _ => TestbedSpec::new(&a.name.name, a.hosts, a.rails),
     };
@@ -171,10 +180,11 @@ fn topology_text(info: &TestbedInfo) -> String {
         return String::new();
     }
     format!(
-        "{} x {} link{} per dimension: ",
+        "{} x {} link{} per dimension{}: ",
         t.spec(),
         t.links_per_dim(),
-        if t.links_per_dim() == 1 { "" } else { "s" }
+        if t.links_per_dim() == 1 { "" } else { "s" },
+        if t.detours() { ", with detours" } else { "" }
     )
 }
 
@@ -240,6 +250,15 @@ fn status_json(info: &TestbedInfo) -> Result<serde_json::Value, TestbedError> {
                     .map(|r| r.to_string())
                     .collect();
                 h["routes"] = json!(routes);
+                if t.detours() {
+                    let detours: Vec<String> = t
+                        .detour_routes(k)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|r| r.to_string())
+                        .collect();
+                    h["detour_routes"] = json!(detours);
+                }
             }
             h
         })
@@ -263,6 +282,7 @@ fn status_json(info: &TestbedInfo) -> Result<serde_json::Value, TestbedError> {
     let mut v = json!({
         "name": info.name(),
         "topology": t.spec(),
+        "detours": t.detours(),
         "dims": t.dims(),
         "links_per_dim": t.links_per_dim(),
         "layout": if info.bridged { "bridge" } else { "veth" },
@@ -324,6 +344,14 @@ fn print_status(info: &TestbedInfo) -> Result<(), TestbedError> {
             sizes.iter().min().unwrap_or(&0),
             sizes.iter().max().unwrap_or(&0),
         );
+        if t.detours() {
+            println!(
+                "detours: {} routes per host in table {} for the host's own packets (rule {})",
+                t.detour_routes(0).map_or(0, |r| r.len()),
+                hx_topology::DETOUR_TABLE,
+                hx_topology::detour_rule()
+            );
+        }
         println!("{:<6} {:<4} {:<5} rate", "nic", "dim", "link");
         for i in 0..info.spec.rails {
             let (dim, link) = info.nic(i);

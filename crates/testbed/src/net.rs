@@ -406,6 +406,27 @@ fn configure_relaying(info: &TestbedInfo, k: u32, ns: &str) -> Result<(), Testbe
         }
         ip(&args)?;
     }
+    let detours = info.topology.detour_routes(k).map_err(topo_err)?;
+    if !detours.is_empty() {
+        let table = hx_topology::DETOUR_TABLE.to_string();
+        // Replace the rule: a second `net link ... up` must not add it twice.
+        let _ = ip(&["-n", ns, "rule", "del", "pref", &table]);
+        let rule = hx_topology::detour_rule();
+        let mut args = vec!["-n", ns, "rule", "add"];
+        args.extend(rule.split(' '));
+        ip(&args)?;
+        for r in detours {
+            let (dest, via) = (r.dest.to_string(), r.via.to_string());
+            let mut args = vec![
+                "-n", ns, "route", "replace", "table", &table, &dest, "via", &via, "dev", &r.dev,
+            ];
+            let src = r.src.map(|s| s.to_string());
+            if let Some(s) = &src {
+                args.extend(["src", s.as_str()]);
+            }
+            ip(&args)?;
+        }
+    }
     Ok(())
 }
 

@@ -28,6 +28,9 @@ pub struct TestbedSpec {
     pub mtu: u32,
     /// netem delay added on every rail interface, e.g. `20us`.
     pub delay: Option<String>,
+    /// Line neighbours also reached through the other dimensions (`--detours`: the hosts get
+    /// hx-topology's detour rule and routes, the ranks `HX_DETOURS=1`).
+    pub detours: bool,
 }
 
 impl TestbedSpec {
@@ -41,6 +44,7 @@ impl TestbedSpec {
             mtu: 1500,
             delay: None,
             dims: None,
+            detours: false,
         }
     }
 
@@ -52,6 +56,7 @@ impl TestbedSpec {
         if topology.ndims() > 1 {
             s.dims = Some(topology.dims().to_vec());
         }
+        s.detours = topology.detours();
         s
     }
 
@@ -75,7 +80,12 @@ impl TestbedSpec {
                 self.hosts
             )));
         }
-        Ok(t)
+        if self.detours && t.ndims() == 1 {
+            return Err(invalid(
+                "--detours needs a topology of two or more dimensions".into(),
+            ));
+        }
+        Ok(t.with_detours(self.detours))
     }
 
     /// Sets every rail to `rate` (`None` = unlimited).

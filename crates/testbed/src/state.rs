@@ -97,6 +97,9 @@ impl TestbedInfo {
         if let Some(dims) = &self.spec.dims {
             v["dims"] = json!(dims);
         }
+        if self.spec.detours {
+            v["detours"] = json!(true);
+        }
         v
     }
 
@@ -135,6 +138,10 @@ impl TestbedInfo {
             mtu: v.get("mtu")?.as_u64()? as u32,
             delay: v.get("delay")?.as_str().map(str::to_string),
             dims,
+            detours: match v.get("detours") {
+                None => false,
+                Some(d) => d.as_bool()?,
+            },
         };
         Some(TestbedInfo {
             topology: spec.topology().ok()?,

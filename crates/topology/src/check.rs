@@ -55,6 +55,11 @@ pub struct Observed {
     /// Sysctl values by key in `sysctl` form (`net.ipv4.conf.x0l0.rp_filter`), values trimmed.
     /// A key that is absent could not be read.
     pub sysctls: BTreeMap<String, String>,
+    /// Whether the rule of [`crate::detour_rule`] is there; `None` if the rules could not be
+    /// read.
+    pub detour_rule: Option<bool>,
+    /// The routes of table [`crate::DETOUR_TABLE`].
+    pub detour_routes: Vec<KernelRoute>,
 }
 
 /// What kind of difference a [`Problem`] is.
@@ -542,14 +547,141 @@ pub fn check(topo: &Topology, host: Option<u32>, seen: &Observed) -> Result<Repo
         });
     }
 
+    let detours = detour_problems(topo, h, seen, &rename, &mut problems)?;
+
     Ok(Report {
         host: Some(h),
         coords: topo.coords(h)?,
         nics,
-        routes: routes.len(),
+        routes: routes.len() + detours,
         sysctls: sysctls.len(),
         problems,
     })
+}
+
+/// The detour rule and table (see [`Topology::detour_routes`]): with detours, the rule and
+/// every route must be there and nothing else in the table; without, neither. Returns how
+/// many detour routes the plan has.
+fn detour_problems(
+    topo: &Topology,
+    h: u32,
+    seen: &Observed,
+    rename: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<Problem>,
+) -> Result<usize, Error> {
+    let table = crate::DETOUR_TABLE;
+    let rule = crate::detour_rule();
+    if !topo.detours() {
+        if seen.detour_rule == Some(true) {
+            problems.push(Problem {
+                kind: Kind::ExtraRoute,
+                what: format!(
+                    "rule {rule} sends this host's packets to the detour table, but the plan \
+                     has no detours (--detours)"
+                ),
+                fix: Some(format!("ip rule del pref {table}")),
+            });
+        }
+        return Ok(0);
+    }
+    match seen.detour_rule {
+        Some(true) => {}
+        Some(false) => problems.push(Problem {
+            kind: Kind::MissingRoute,
+            what: format!("no rule {rule}: this host's packets would not take their detours"),
+            fix: Some(format!("ip rule add {rule}")),
+        }),
+        None => problems.push(Problem {
+            kind: Kind::MissingRoute,
+            what: format!("the rules could not be read, so rule {rule} is not known to be there"),
+            fix: None,
+        }),
+    }
+    let want: Vec<Route> = topo
+        .detour_routes(h)?
+        .into_iter()
+        .map(|r| {
+            let dev = rename(&r.dev).unwrap_or(r.dev);
+            Route { dev, ..r }
+        })
+        .collect();
+    for r in &want {
+        let fix = Some(format!("ip route replace table {table} {r}"));
+        match seen.detour_routes.iter().find(|k| k.dest == r.dest) {
+            None => problems.push(Problem {
+                kind: Kind::MissingRoute,
+                what: format!(
+                    "no detour route {} via {} dev {} in table {table}",
+                    r.dest, r.via, r.dev
+                ),
+                fix,
+            }),
+            Some(k) if k.gateway != Some(r.via) || k.dev != r.dev => problems.push(Problem {
+                kind: Kind::WrongRoute,
+                what: format!(
+                    "detour route {} in table {table} goes {} dev {}; the plan's: via {} dev {}",
+                    r.dest,
+                    k.gateway.map_or("directly".into(), |g| format!("via {g}")),
+                    k.dev,
+                    r.via,
+                    r.dev
+                ),
+                fix,
+            }),
+            Some(_) => {}
+        }
+    }
+    for k in &seen.detour_routes {
+        if !want.iter().any(|r| r.dest == k.dest) {
+            problems.push(Problem {
+                kind: Kind::ExtraRoute,
+                what: format!(
+                    "route {} in table {table} is not one of the plan's detours",
+                    k.dest
+                ),
+                fix: Some(format!("ip route del table {table} {}", k.dest)),
+            });
+        }
+    }
+    Ok(want.len())
+}
+
+/// Parses the text of `ip -4 route show table N` (one route a line: `DEST[/PREFIX] [via GW] dev
+/// DEV ... [metric M]`); returns the routes and the number of lines it could not parse.
+pub fn parse_ip_route_show(text: &str) -> (Vec<KernelRoute>, usize) {
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let value = |key: &str| f.windows(2).find(|w| w[0] == key).map(|w| w[1]);
+        let parsed = (|| {
+            let (addr, prefix) = match f.first()?.split_once('/') {
+                Some((a, p)) => (a.parse::<Ipv4Addr>().ok()?, p.parse::<u8>().ok()?),
+                None => (f[0].parse::<Ipv4Addr>().ok()?, 32),
+            };
+            if prefix > 32 {
+                return None;
+            }
+            let gateway = match value("via") {
+                Some(g) => Some(g.parse().ok()?),
+                None => None,
+            };
+            Some(KernelRoute {
+                dest: network(addr, prefix),
+                gateway,
+                dev: value("dev").unwrap_or("*").to_string(),
+                metric: match value("metric") {
+                    Some(m) => m.parse().ok()?,
+                    None => 0,
+                },
+            })
+        })();
+        match parsed {
+            Some(r) => out.push(r),
+            None => skipped += 1,
+        }
+    }
+    (out, skipped)
 }
 
 /// Addresses in 10.10.0.0/16 that are not `host`'s (all of them if `host` is `None`):
@@ -707,6 +839,18 @@ mod tests {
             interfaces,
             routes,
             sysctls,
+            detour_rule: Some(t.detours()),
+            detour_routes: t
+                .detour_routes(host)
+                .unwrap()
+                .into_iter()
+                .map(|r| KernelRoute {
+                    dest: r.dest,
+                    gateway: Some(r.via),
+                    dev: r.dev,
+                    metric: 0,
+                })
+                .collect(),
         }
     }
 
@@ -1144,5 +1288,79 @@ mod tests {
                 proptest::prop_assert_eq!(network(r.dest.addr, r.dest.prefix), r.dest);
             }
         }
+    }
+
+    #[test]
+    fn detours_are_checked_both_ways() {
+        let t = t222().with_detours(true);
+        let mut o = healthy(&t, 3);
+        let r = check(&t, None, &o).unwrap();
+        assert!(r.ok(), "{:?}", r.problems);
+        assert_eq!(r.routes, t.routes(3).unwrap().len() + 12);
+        // Without the rule, and with one detour route gone and one foreign.
+        o.detour_rule = Some(false);
+        let gone = o.detour_routes.remove(0);
+        o.detour_routes.push(KernelRoute {
+            dest: network(ip("10.10.0.1"), 32),
+            gateway: Some(gone.gateway.unwrap()),
+            dev: gone.dev.clone(),
+            metric: 0,
+        });
+        let r = check(&t, None, &o).unwrap();
+        let got: Vec<(Kind, Option<String>)> =
+            r.problems.iter().map(|p| (p.kind, p.fix.clone())).collect();
+        let want_route = t.detour_routes(3).unwrap().remove(0);
+        assert_eq!(
+            got,
+            vec![
+                (
+                    Kind::MissingRoute,
+                    Some("ip rule add iif lo lookup 26744 pref 26744".into())
+                ),
+                (
+                    Kind::MissingRoute,
+                    Some(format!("ip route replace table 26744 {want_route}"))
+                ),
+                (
+                    Kind::ExtraRoute,
+                    Some("ip route del table 26744 10.10.0.1/32".into())
+                ),
+            ]
+        );
+        // A plan without detours on a host that has the rule.
+        let mut o = healthy(&t222(), 3);
+        o.detour_rule = Some(true);
+        let r = check(&t222(), None, &o).unwrap();
+        assert_eq!(r.problems.len(), 1);
+        assert_eq!(r.problems[0].kind, Kind::ExtraRoute);
+        assert_eq!(r.problems[0].fix.as_deref(), Some("ip rule del pref 26744"));
+    }
+
+    #[test]
+    fn ip_route_show_text() {
+        let text = "10.10.0.2 via 10.10.0.33 dev x0l0 src 10.10.0.1 \n\
+                    10.10.4.0/27 dev x1l0 proto kernel scope link metric 5\n\
+                    \n\
+                    garbage here\n\
+                    10.10.9.9/40 dev x\n";
+        let (r, skipped) = parse_ip_route_show(text);
+        assert_eq!(skipped, 2);
+        assert_eq!(
+            r,
+            vec![
+                KernelRoute {
+                    dest: network(ip("10.10.0.2"), 32),
+                    gateway: Some(ip("10.10.0.33")),
+                    dev: "x0l0".into(),
+                    metric: 0
+                },
+                KernelRoute {
+                    dest: network(ip("10.10.4.0"), 27),
+                    gateway: None,
+                    dev: "x1l0".into(),
+                    metric: 5
+                },
+            ]
+        );
     }
 }

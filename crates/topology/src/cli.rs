@@ -42,6 +42,10 @@ pub struct SpecArgs {
     /// Links (NICs) per host and dimension.
     #[arg(long, default_value_t = 1)]
     pub links_per_dim: u32,
+    /// Line neighbours also reached through every other dimension (3-hop detours; routes for
+    /// the host's own packets in table 26744, see README "Detours"). As HX_DETOURS=1.
+    #[arg(long)]
+    pub detours: bool,
 }
 
 /// `hxcomm topo routes`.
@@ -92,7 +96,7 @@ pub fn run(args: TopoArgs) -> i32 {
         TopoCommand::Check(a) => &a.spec,
     };
     let topo = match Topology::parse(&spec.topology, spec.links_per_dim) {
-        Ok(t) => t,
+        Ok(t) => t.with_detours(spec.detours),
         Err(e) => {
             eprintln!("hxcomm topo: {e}");
             return 2;
@@ -149,7 +153,12 @@ fn run_check(topo: &Topology, args: &CheckArgs) -> i32 {
 
 /// `hxb:2x2x2 x 2`, and `host 3 (0,1,1) of ` before it when the host is known.
 fn subject(t: &Topology, r: &Report) -> String {
-    let spec = format!("{} x {}", t.spec(), t.links_per_dim());
+    let spec = format!(
+        "{} x {}{}",
+        t.spec(),
+        t.links_per_dim(),
+        if t.detours() { " with detours" } else { "" }
+    );
     match r.host {
         Some(h) => {
             let c: Vec<String> = r.coords.iter().map(|c| c.to_string()).collect();

@@ -104,6 +104,18 @@
 //! back uses), `arp_ignore=1` and `arp_announce=2`. [`Topology::host_commands`] renders all of
 //! it as shell commands (`hxcomm topo routes`).
 //!
+//! # Detours
+//!
+//! [`Topology::with_detours`] adds, for line neighbours (hosts that differ in one dimension
+//! `d`), a 3-hop path to each address of another dimension `e`: across `e` to the source's
+//! neighbour at the next coordinate of `e`, along that relay's line of `d`, back across `e`,
+//! all over the address's link. Those `(D - 1) x L` detours and the `L` direct links share no
+//! link ([`Topology::disjoint_paths`] returns all `D x L`). Only the first hop needs a route of
+//! its own: [`Topology::detour_routes`] (a /32 per neighbour address, in [`DETOUR_TABLE`],
+//! consulted for the host's own packets only by [`detour_rule`]); the relays' main tables
+//! already carry the rest, and forwarded traffic never sees the detour table, so every other
+//! path is unchanged. Checked with the tables above (the source's table first, then main).
+//!
 //! # Checking a host
 //!
 //! [`check::check`] compares what a host has, given as plain data ([`check::Observed`]: its
@@ -151,5 +163,5 @@ mod topo;
 
 pub use paths::{Hop, LinkId, Path};
 pub use plan::{Address, Subnet, RAIL_NET};
-pub use routes::{Route, Sysctl};
+pub use routes::{detour_rule, Route, Sysctl, DETOUR_TABLE};
 pub use topo::{Error, Topology, MAX_DIMS, MAX_LINE};

@@ -1,14 +1,15 @@
 //! What `hxcomm topo check` looks at on this host (or in the network namespace it runs in):
 //! the interfaces and their IPv4 addresses (getifaddrs), the main route table
-//! (/proc/net/route) and the IPv4 sysctls the plan sets (/proc/sys/net/ipv4). Nothing external
-//! is run; [`crate::check::check`] does the comparing.
+//! (/proc/net/route), the IPv4 sysctls the plan sets (/proc/sys/net/ipv4), and the detour rule
+//! and table through `ip rule` / `ip route show table` (nothing in /proc shows those);
+//! [`crate::check::check`] does the comparing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use nix::net::if_::InterfaceFlags;
 
-use crate::check::{parse_proc_net_route, Interface, Observed};
+use crate::check::{parse_ip_route_show, parse_proc_net_route, Interface, KernelRoute, Observed};
 
 /// The per-interface settings read from /proc/sys/net/ipv4/conf/<name>/ (for `all`, `default`
 /// and every interface): those [`crate::Topology::sysctls`] sets.
@@ -29,14 +30,61 @@ pub fn observe() -> Result<(Observed, Vec<String>), String> {
         ));
     }
     let sysctls = sysctls(Path::new("/proc/sys/net/ipv4"));
+    let (detour_rule, detour_routes) = detours(&mut warnings);
     Ok((
         Observed {
             interfaces,
             routes,
             sysctls,
+            detour_rule,
+            detour_routes,
         },
         warnings,
     ))
+}
+
+/// The detour rule and table, read with `ip` (/proc shows neither rules nor tables other than
+/// the main one); what cannot be read is a warning and `None` / empty.
+fn detours(warnings: &mut Vec<String>) -> (Option<bool>, Vec<KernelRoute>) {
+    let mut ip = |args: &[&str]| -> Option<String> {
+        match std::process::Command::new("ip").args(args).output() {
+            Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
+            // A table that was never filled does not exist: nothing in it.
+            Ok(o) if String::from_utf8_lossy(&o.stderr).contains("table does not exist") => {
+                Some(String::new())
+            }
+            Ok(o) => {
+                warnings.push(format!(
+                    "`ip {}` failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
+                None
+            }
+            Err(e) => {
+                warnings.push(format!("cannot run `ip {}`: {e}", args.join(" ")));
+                None
+            }
+        }
+    };
+    let table = crate::DETOUR_TABLE.to_string();
+    let rule = ip(&["-4", "rule", "show", "pref", &table]).map(|t| {
+        t.lines()
+            .any(|l| l.contains("from all iif lo lookup") && l.contains(&table))
+    });
+    let routes = match ip(&["-4", "route", "show", "table", &table]) {
+        Some(t) => {
+            let (r, skipped) = parse_ip_route_show(&t);
+            if skipped > 0 {
+                warnings.push(format!(
+                    "{skipped} line(s) of table {table} could not be parsed and were skipped"
+                ));
+            }
+            r
+        }
+        None => Vec::new(),
+    };
+    (rule, routes)
 }
 
 /// Every interface (getifaddrs lists each once without an address, AF_PACKET, and once per

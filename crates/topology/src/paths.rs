@@ -108,7 +108,29 @@ impl Topology {
             .find(|&g| self.coord(at, g) != self.coord(dst, g))
     }
 
-    /// The path from `src` to `dst`'s address of dimension `dim`, link `link`.
+    /// With detours on, for line neighbours `src` and `dst` (they differ in dimension `d`
+    /// only) and an address of another dimension than `d`: `Some(d)`.
+    pub(crate) fn detour_dim(&self, src: u32, dst: u32, dim: usize) -> Option<usize> {
+        if !self.detours {
+            return None;
+        }
+        let mut differ = (0..self.ndims()).filter(|&g| self.coord(src, g) != self.coord(dst, g));
+        match (differ.next(), differ.next()) {
+            (Some(d), None) if d != dim => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The relay of `host`'s detours across dimension `e`: its neighbour there at the next
+    /// coordinate (both ends of a pair name the same one, so a detour and its way back use
+    /// the same links).
+    pub(crate) fn detour_relay(&self, host: u32, e: usize) -> u32 {
+        self.with_coord(host, e, (self.coord(host, e) + 1) % self.dims[e])
+    }
+
+    /// The path from `src` to `dst`'s address of dimension `dim`, link `link`. With detours
+    /// (see [`Topology::with_detours`]) a line neighbour's address of another dimension is
+    /// reached by a 3-hop detour through that dimension.
     pub fn path(&self, src: u32, dst: u32, dim: usize, link: u32) -> Result<Path, Error> {
         self.check_host(src)?;
         let dst_addr = self.address(dst, dim, link)?;
@@ -119,6 +141,22 @@ impl Topology {
         }
         let mut hops = Vec::with_capacity(self.ndims());
         let mut at = src;
+        if let Some(d) = self.detour_dim(src, dst, dim) {
+            // Out across `dim` to the relay, along the relay's line of `d`, back across `dim`.
+            let relay = self.detour_relay(src, dim);
+            let across = self.with_coord(relay, d, self.coord(dst, d));
+            for (from, to, g) in [(src, relay, dim), (relay, across, d), (across, dst, dim)] {
+                hops.push(Hop {
+                    from,
+                    to,
+                    dim: g,
+                    link,
+                    iface: self.iface_name(g, link),
+                    next_hop: self.addr_unchecked(to, g, link),
+                });
+            }
+            at = dst;
+        }
         while let Some(g) = self.next_dim(at, dst, dim) {
             let to = self.with_coord(at, g, self.coord(dst, g));
             hops.push(Hop {

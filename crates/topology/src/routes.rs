@@ -30,6 +30,17 @@ impl fmt::Display for Route {
     }
 }
 
+/// The routing table that holds the detour routes ([`Topology::detour_routes`]), also the
+/// preference of the rule that consults it for packets this host originates only (`ip rule
+/// add iif lo lookup 26744 pref 26744`; 26744 is "hx"): forwarded traffic keeps the plan's
+/// dimension-order routes of the main table.
+pub const DETOUR_TABLE: u32 = 26744;
+
+/// The rule that sends this host's own packets to [`DETOUR_TABLE`] first.
+pub fn detour_rule() -> String {
+    format!("iif lo lookup {DETOUR_TABLE} pref {DETOUR_TABLE}")
+}
+
 /// One sysctl setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sysctl {
@@ -191,6 +202,43 @@ impl Topology {
         self.aggregate(slots, lo + half, half, block, per_slot, out);
     }
 
+    /// With detours on ([`Topology::with_detours`]), `host`'s routes for its own packets to
+    /// its line neighbours' addresses of the other dimensions: one /32 per neighbour in
+    /// dimension `d`, other dimension `e` and link, via the detour relay's address across `e`
+    /// (its neighbour at the next coordinate of `e`) over the same link, in
+    /// [`DETOUR_TABLE`]. From there the main tables of the relays carry the packet along the
+    /// relay's line of `d` and back across `e` (see [`Topology::path`]). Empty without
+    /// detours; `sum over d of (size(d) - 1) x (D - 1) x links` routes with them (hxb:2x2x2 x 2:
+    /// 12, hxb:16x16x10 x 2: 156). Sorted by destination.
+    pub fn detour_routes(&self, host: u32) -> Result<Vec<Route>, Error> {
+        self.check_host(host)?;
+        let mut v = Vec::new();
+        if !self.detours {
+            return Ok(v);
+        }
+        for d in 0..self.ndims() {
+            for pos in (0..self.dims[d]).filter(|&p| p != self.coord(host, d)) {
+                let nb = self.with_coord(host, d, pos);
+                for e in (0..self.ndims()).filter(|&e| e != d) {
+                    let relay = self.detour_relay(host, e);
+                    for link in 0..self.links {
+                        v.push(Route {
+                            dest: Subnet {
+                                addr: self.addr_unchecked(nb, e, link),
+                                prefix: 32,
+                            },
+                            via: self.addr_unchecked(relay, e, link),
+                            dev: self.iface_name(e, link),
+                            src: Some(self.addr_unchecked(host, e, link)),
+                        });
+                    }
+                }
+            }
+        }
+        v.sort_by_key(|r| u32::from(r.dest.addr));
+        Ok(v)
+    }
+
     /// The sysctls a host needs: IP forwarding on; reverse-path filtering loose (2) on `all`,
     /// `default` and every interface of the plan, because replies on a relayed path may arrive
     /// on another NIC than the one the route back leaves by (loose still drops sources with no
@@ -223,8 +271,9 @@ impl Topology {
 
     /// The shell commands that configure `host`: a comment naming it, then per interface `ip
     /// link set dev IF up` and `ip addr replace ADDR/PREFIX dev IF`, then `sysctl -w` for
-    /// [`Topology::sysctls`], then `ip route replace` for [`Topology::routes`]. Idempotent:
-    /// run twice, the same state.
+    /// [`Topology::sysctls`], then `ip route replace` for [`Topology::routes`], and with
+    /// detours the rule and the routes of [`Topology::detour_routes`] in [`DETOUR_TABLE`].
+    /// Idempotent: run twice, the same state.
     pub fn host_commands(&self, host: u32) -> Result<Vec<String>, Error> {
         let coords: Vec<String> = self.coords(host)?.iter().map(|c| c.to_string()).collect();
         let mut v = vec![format!(
@@ -244,6 +293,15 @@ impl Topology {
         for r in self.routes(host)? {
             v.push(format!("ip route replace {r}"));
         }
+        if self.detours {
+            v.push(format!(
+                "ip rule del pref {DETOUR_TABLE} 2>/dev/null; ip rule add {}",
+                detour_rule()
+            ));
+            for r in self.detour_routes(host)? {
+                v.push(format!("ip route replace table {DETOUR_TABLE} {r}"));
+            }
+        }
         Ok(v)
     }
 }
@@ -251,6 +309,7 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Path;
     use std::collections::HashSet;
     use std::time::{Duration, Instant};
 
@@ -259,6 +318,8 @@ mod tests {
         local: HashSet<Ipv4Addr>,
         /// (prefix, Some(via) or None for connected, dev)
         entries: Vec<(Subnet, Option<Ipv4Addr>, String)>,
+        /// The detour table, consulted first for packets the host originates.
+        own: Vec<(Subnet, Option<Ipv4Addr>, String)>,
     }
 
     fn fib(t: &Topology, h: u32, aggregated: bool) -> Fib {
@@ -292,9 +353,22 @@ mod tests {
             assert_eq!(r.src, Some(t.address(h, dim, link).unwrap()));
             entries.push((r.dest, Some(r.via), r.dev));
         }
+        let own = t
+            .detour_routes(h)
+            .unwrap()
+            .into_iter()
+            .map(|r| {
+                let (dim, link) = t.parse_iface(&r.dev).unwrap();
+                let line = t.line_of(h, dim).unwrap();
+                assert!(t.line_subnet(dim, line, link).unwrap().contains(r.via));
+                assert_eq!(r.src, Some(t.address(h, dim, link).unwrap()));
+                (r.dest, Some(r.via), r.dev)
+            })
+            .collect();
         Fib {
             local: addrs.iter().map(|a| a.ip).collect(),
             entries,
+            own,
         }
     }
 
@@ -303,12 +377,19 @@ mod tests {
         let mut hops = Vec::new();
         let mut at = src;
         while !fibs[at as usize].local.contains(&ip) {
-            assert!(hops.len() <= t.ndims(), "loop towards {ip}: {hops:?}");
-            let best = fibs[at as usize]
-                .entries
-                .iter()
-                .filter(|e| e.0.contains(ip))
-                .max_by_key(|e| e.0.prefix)
+            // A detour takes 3 hops, more than D in two dimensions.
+            assert!(hops.len() <= t.ndims() + 1, "loop towards {ip}: {hops:?}");
+            let f = &fibs[at as usize];
+            // The detour rule applies to the source's own packets only, before the main table.
+            let own = (at == src).then(|| f.own.iter().find(|e| e.0.contains(ip)));
+            let best = own
+                .flatten()
+                .or_else(|| {
+                    f.entries
+                        .iter()
+                        .filter(|e| e.0.contains(ip))
+                        .max_by_key(|e| e.0.prefix)
+                })
                 .unwrap_or_else(|| panic!("host {at}: no route to {ip}"));
             let (dim, link) = t.parse_iface(&best.2).unwrap();
             let gateway = best.1.unwrap_or(ip);
@@ -328,12 +409,35 @@ mod tests {
     /// Routing is right by construction and by test: for every ordered pair and every address
     /// of the destination, following each host's table hop by hop (longest prefix, connected
     /// routes included) takes exactly the intended path, both with one route per line and
-    /// with the aggregated tables.
+    /// with the aggregated tables; and with detours, where the distinct paths between line
+    /// neighbours are D x links and still share no link.
     #[test]
     fn tables_forward_along_the_intended_paths() {
-        for spec in ["hxb:2x2x2", "hxb:3x3x2", "hxb:4", "hxb:2x3x2x2"] {
-            for links in [1, 2] {
-                let t = Topology::parse(spec, links).unwrap();
+        for (spec, links, detours) in ["hxb:2x2x2", "hxb:3x3x2", "hxb:4", "hxb:2x3x2x2", "hxb:3x4"]
+            .into_iter()
+            .flat_map(|s| [1, 2].map(|l| (s, l)))
+            .flat_map(|(s, l)| [false, true].map(|d| (s, l, d)))
+        {
+            {
+                let t = Topology::parse(spec, links).unwrap().with_detours(detours);
+                for s in 0..t.hosts() {
+                    for d in (0..t.hosts()).filter(|&d| d != s) {
+                        let dis = t.disjoint_paths(s, d).unwrap();
+                        let differ = (0..t.ndims())
+                            .filter(|&g| t.coord(s, g) != t.coord(d, g))
+                            .count();
+                        let n = if t.detours() && differ == 1 {
+                            t.ndims()
+                        } else {
+                            differ
+                        };
+                        assert_eq!(dis.len(), n * links as usize, "{t}: {s}->{d}");
+                        let mut used = HashSet::new();
+                        for l in dis.iter().flat_map(Path::links) {
+                            assert!(used.insert(l), "{t}: {s}->{d}: {l:?} used twice");
+                        }
+                    }
+                }
                 for aggregated in [false, true] {
                     let fibs: Vec<Fib> = (0..t.hosts()).map(|h| fib(&t, h, aggregated)).collect();
                     for s in 0..t.hosts() {
@@ -469,5 +573,42 @@ mod tests {
         assert!(c.contains(&"ip addr replace 10.10.2.3/24 dev r2".to_string()));
         assert!(!c.iter().any(|l| l.starts_with("ip route")));
         assert!(t.host_commands(8).is_err());
+    }
+
+    #[test]
+    fn detour_table_sizes_and_commands() {
+        let t = Topology::parse("hxb:2x2x2", 2).unwrap();
+        assert!(t.detour_routes(0).unwrap().is_empty());
+        assert!(!t
+            .host_commands(0)
+            .unwrap()
+            .iter()
+            .any(|c| c.contains("rule")));
+        let t = t.with_detours(true);
+        let r = t.detour_routes(0).unwrap();
+        assert_eq!(r.len(), 12);
+        // Host 0's neighbour across dimension 2 is host 1; its address of dimension 0 link 0 is
+        // reached through host 0's relay across dimension 0 (host 4) on x0l0.
+        let to1 = r
+            .iter()
+            .find(|r| r.dest.addr == t.address(1, 0, 0).unwrap())
+            .unwrap();
+        assert_eq!(to1.via, t.address(4, 0, 0).unwrap());
+        assert_eq!(to1.dev, "x0l0");
+        assert_eq!(to1.dest.prefix, 32);
+        let c = t.host_commands(0).unwrap();
+        assert!(c.contains(&format!(
+            "ip rule del pref {DETOUR_TABLE} 2>/dev/null; ip rule add iif lo lookup {DETOUR_TABLE} pref {DETOUR_TABLE}"
+        )));
+        assert_eq!(c.iter().filter(|c| c.contains("table 26744")).count(), 12);
+        let big = Topology::parse("hxb:16x16x10", 2)
+            .unwrap()
+            .with_detours(true);
+        assert_eq!(big.detour_routes(1234).unwrap().len(), 156);
+        // One dimension has no other dimension to detour through.
+        assert!(!Topology::parse("hxb:8", 2)
+            .unwrap()
+            .with_detours(true)
+            .detours());
     }
 }

@@ -54,6 +54,7 @@ pub struct Topology {
     pub(crate) links: u32,
     pub(crate) hosts: u32,
     pub(crate) plan: crate::plan::Plan,
+    pub(crate) detours: bool,
 }
 
 impl Topology {
@@ -123,6 +124,7 @@ impl Topology {
             links,
             hosts: hosts as u32, // Plan::new refuses anything near u32::MAX
             plan,
+            detours: false,
         })
     }
 
@@ -139,6 +141,18 @@ impl Topology {
     /// Links per host and dimension.
     pub fn links_per_dim(&self) -> u32 {
         self.links
+    }
+
+    /// The same topology with detours on or off: line neighbours reached also through every
+    /// other dimension (see the crate documentation, "Detours"). Off unless asked for.
+    pub fn with_detours(mut self, on: bool) -> Topology {
+        self.detours = on && self.ndims() > 1;
+        self
+    }
+
+    /// Whether line neighbours take detours (see [`Topology::with_detours`]).
+    pub fn detours(&self) -> bool {
+        self.detours
     }
 
     /// The number of hosts (the product of the sizes).
@@ -215,9 +229,10 @@ impl fmt::Display for Topology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} with {} link(s) per dimension",
+            "{} with {} link(s) per dimension{}",
             self.spec(),
-            self.links
+            self.links,
+            if self.detours { " and detours" } else { "" }
         )
     }
 }
