@@ -2,10 +2,10 @@
 # Interleaved A/B of builds or settings: the machine's speed drifts from minute to minute (BENCHMARKS.md:
 # the same binary's medians spread up to 19%), so variants are compared run by run in turn, never
 # one batch after the other. A variant is LABEL=BINARY[,VAR=VALUE...]: a (saved) hxcomm binary and
-# settings for its ranks. Every run runs each variant once, in order, with the same `hxcomm bench`
-# arguments, on one 2-host testbed; then, per variant and size, the median over RUNS (MB/s for
-# bandwidth tests, usec for latency; CPU-s per GB beside it) and its ratio to the first variant,
-# then the raw runs.
+# settings for its ranks. Every run runs each variant once (each run starting one variant later
+# than the one before) with the same `hxcomm bench` arguments, on one 2-host testbed; then, per
+# variant and size, the median over RUNS (MB/s for bandwidth tests, usec for latency; CPU-s per
+# GB beside it) and its ratio to the first variant, then the raw runs.
 #
 #   sudo RUNS=7 bench/ab.sh before=/tmp/hxcomm.old after=target/release/hxcomm -- bibw --sizes 256k:256k
 #   sudo NET="--rails 1 --rate none" bench/ab.sh \
@@ -56,8 +56,12 @@ flock 9
 # shellcheck disable=SC2086
 "$H" net up --name $NAME --hosts 2 $NET >/dev/null
 start=$(date -u '+%F %H:%M')
+nv=${#labels[@]}
 for r in $(seq "$RUNS"); do
-  for i in "${!labels[@]}"; do
+  # Each run starts one variant later: a position in the order can be worth several percent
+  # (an A/A run of one binary in two places differed by 4.7% at 64 KiB); rotating spreads it.
+  for k in $(seq 0 $((nv - 1))); do
+    i=$(( (k + r - 1) % nv ))
     b=$tmp/hxcomm.$i
     opts=()
     for e in ${envs[$i]}; do opts+=(--env "$e"); done

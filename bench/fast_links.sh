@@ -35,7 +35,12 @@ flock 9
 for r in $RAILS; do
   "$H" net up --name $NAME --hosts 2 --rails "$r" --rate none >/dev/null
   for i in $(seq "$RUNS"); do
-    for p in $POLICIES; do
+    # Each run starts one policy later (run 1: adaptive first, run 2: stripe first, ...): a
+    # position in the order can be worth several percent here, and rotating spreads it evenly.
+    read -r -a pols <<<"$POLICIES"
+    n=${#pols[@]}
+    for k in $(seq 0 $((n - 1))); do
+      p=${pols[$(( (k + i - 1) % n ))]}
       bin=$H pol=$p
       [ "$p" = before ] && bin=$B pol=adaptive
       "$bin" run --net --name $NAME -n 2 --policy "$pol" -- "$bin" bench "$BENCH" --sizes "$SIZES" --json |
