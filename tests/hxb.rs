@@ -257,6 +257,29 @@ fn line_neighbours_take_detours() {
     assert_eq!(text.matches(":1h").count(), 2, "two direct links: {text}");
 }
 
+/// HX_DETOURS=1 on hosts without the detour rule and routes: the detour rails would connect
+/// straight over the line's links and share them, so every rank refuses to start, naming the
+/// route it expected and the command that adds it.
+#[test]
+fn detours_without_their_routes_are_refused() {
+    let Some((tb, _lock)) = testbed("n", "1gbit") else {
+        return;
+    };
+    let out = run(
+        &tb,
+        &["-n", "2", "--net-hosts", "0,1", "--env", "HX_DETOURS=1"],
+    )
+    .args(["bench", "bw", "--sizes", "64k:64k", "--iterations", "2"])
+    .output()
+    .unwrap();
+    let text = output_text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("not via the detour's relay") && text.contains("--detours --host 0 | sh"),
+        "{text}"
+    );
+}
+
 /// Another job's ranks run on the six relay hosts and are stopped (SIGSTOP) while the corners
 /// exchange validated traffic: forwarding is the relays' kernels' work, not their processes'.
 #[test]

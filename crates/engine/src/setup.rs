@@ -183,7 +183,100 @@ pub(crate) fn topology_interfaces(
         .filter(|i| !i.loopback && !i.addr.is_loopback())
         .filter(|i| bootstrap_ip.is_none_or(|b| !i.contains(b)))
         .collect();
-    place_in(topo, &all)
+    let (place, rails) = place_in(topo, &all)?;
+    if topo.detours() {
+        check_detour_routes(topo, place.host)?;
+    }
+    Ok((place, rails))
+}
+
+/// With detours, this host's kernel must send its own packets to each detour address through
+/// the detour's relay: without the rule and routes of `topo routes --detours` the detour rails
+/// would still connect, straight over the line's own links, and share them (a silent fallback
+/// to fewer paths). Asks the kernel as `ip route get` does, for every detour address at once
+/// (one `ip -batch`, once per process).
+fn check_detour_routes(topo: &Topology, host: u32) -> Result<(), Error> {
+    let want = topo
+        .detour_routes(host)
+        .map_err(|e| Error::Setup(format!("detour routes: {e}")))?;
+    if want.is_empty() {
+        return Ok(());
+    }
+    let fix = format!(
+        "add them with `hxcomm topo routes --topology {} --links-per-dim {} --detours --host \
+         {host} | sh` (a testbed: `net up ... --detours`), or leave HX_DETOURS unset",
+        topo.spec(),
+        topo.links_per_dim()
+    );
+    let batch: String = want
+        .iter()
+        .map(|r| format!("route get {}\n", r.dest.addr))
+        .collect();
+    let out = run_ip_batch(&batch).map_err(|e| {
+        Error::Setup(format!(
+            "HX_DETOURS=1: cannot ask the kernel for this host's detour routes ({e}); `ip` \
+             (iproute2) is needed to check them"
+        ))
+    })?;
+    let got = parse_route_get_vias(&out);
+    for r in &want {
+        match got.iter().find(|(dst, _)| *dst == r.dest.addr) {
+            Some((_, Some(via))) if *via == r.via => {}
+            other => {
+                let how = match other {
+                    Some((_, Some(via))) => format!("via {via}"),
+                    Some((_, None)) => "directly".to_string(),
+                    None => "nowhere (no answer)".to_string(),
+                };
+                return Err(Error::Setup(format!(
+                    "HX_DETOURS=1 on host {host} of {} x {}: the kernel sends this host's \
+                     packets to {} {how}, not via the detour's relay {} (rule `{}` and the \
+                     routes of table {} missing?); {fix}",
+                    topo.spec(),
+                    topo.links_per_dim(),
+                    r.dest.addr,
+                    r.via,
+                    hx_topology::detour_rule(),
+                    hx_topology::DETOUR_TABLE
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_ip_batch(batch: &str) -> std::io::Result<String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("ip")
+        .args(["-4", "-o", "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(batch.as_bytes())?;
+    let out = child.wait_with_output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The destination and gateway (`None`: on the link) of each line of `ip -o route get` output.
+fn parse_route_get_vias(text: &str) -> Vec<(Ipv4Addr, Option<Ipv4Addr>)> {
+    text.lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let at = usize::from(w.first() == Some(&"local"));
+            let dst = w.get(at)?.parse().ok()?;
+            let via = w
+                .windows(2)
+                .find(|p| p[0] == "via")
+                .and_then(|p| p[1].parse().ok());
+            Some((dst, via))
+        })
+        .collect()
 }
 
 /// [`topology_interfaces`] on a given list of interfaces.
@@ -395,6 +488,24 @@ pub(crate) fn routes(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn route_get_answers_parse() {
+        let text =
+            "10.10.0.33 via 10.10.0.2 dev x0l0 table 26744 src 10.10.0.1 uid 0 \\    cache \n\
+                    10.10.2.2 dev x2l0 src 10.10.2.1 uid 0 \\    cache \n\
+                    local 10.10.0.1 dev lo table local src 10.10.0.1 uid 0 \\    cache <local> \n\
+                    garbage\n";
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        assert_eq!(
+            parse_route_get_vias(text),
+            vec![
+                (ip("10.10.0.33"), Some(ip("10.10.0.2"))),
+                (ip("10.10.2.2"), None),
+                (ip("10.10.0.1"), None),
+            ]
+        );
+    }
     #[test]
     fn direct_copy_follows_yama() {
         use super::DirectCopy;
