@@ -95,6 +95,19 @@ fn assert_every_rail_carried(lines: &[serde_json::Value], rails: usize) {
     }
 }
 
+/// `bench bw --validate` from 64 KiB to 4 MiB between two ranks on testbed hosts `hosts`
+/// ("A,B"); it must succeed. Its output (the header names the rails).
+fn validated_bw(tb: &Testbed, hosts: &str) -> String {
+    let bw = run(tb, &["-n", "2", "--net-hosts", hosts])
+        .args(["bench", "bw", "--validate", "--sizes", "64k:4M"])
+        .args(["--iterations", "5"])
+        .output()
+        .unwrap();
+    let text = output_text(&bw);
+    assert!(bw.status.success(), "{text}");
+    text
+}
+
 /// Eight ranks, one per host: random validated traffic between all of them under every
 /// policy. Each pair has one rail per disjoint path (2 per dimension in which the hosts
 /// differ: 2, 4 or 6), every pair exchanged bytes, and under rr every path carried some.
@@ -165,20 +178,7 @@ fn opposite_corners_with_no_rank_on_the_relays() {
     .unwrap();
     let lines = stress_summaries(&out, 2, 300);
     assert_every_rail_carried(&lines, 6);
-    let bw = run(&tb, &["-n", "2", "--net-hosts", "0,7"])
-        .args([
-            "bench",
-            "bw",
-            "--validate",
-            "--sizes",
-            "64k:4M",
-            "--iterations",
-            "5",
-        ])
-        .output()
-        .unwrap();
-    let text = output_text(&bw);
-    assert!(bw.status.success(), "{text}");
+    let text = validated_bw(&tb, "0,7");
     assert!(text.contains("6 rails to rank 1"), "{text}");
     assert_eq!(
         text.matches(":3h").count(),
@@ -238,20 +238,7 @@ fn line_neighbours_take_detours() {
             a - b
         );
     }
-    let bw = run(&tb, &["-n", "2", "--net-hosts", "0,1"])
-        .args([
-            "bench",
-            "bw",
-            "--validate",
-            "--sizes",
-            "64k:4M",
-            "--iterations",
-            "5",
-        ])
-        .output()
-        .unwrap();
-    let text = output_text(&bw);
-    assert!(bw.status.success(), "{text}");
+    let text = validated_bw(&tb, "0,1");
     assert!(text.contains("6 rails to rank 1"), "{text}");
     assert_eq!(text.matches(":3h").count(), 4, "four detours: {text}");
     assert_eq!(text.matches(":1h").count(), 2, "two direct links: {text}");

@@ -396,15 +396,7 @@ fn configure_relaying(info: &TestbedInfo, k: u32, ns: &str) -> Result<(), Testbe
         ip(&args)?;
     }
     for r in info.topology.routes(k).map_err(topo_err)? {
-        let (dest, via) = (r.dest.to_string(), r.via.to_string());
-        let mut args = vec![
-            "-n", ns, "route", "replace", &dest, "via", &via, "dev", &r.dev,
-        ];
-        let src = r.src.map(|s| s.to_string());
-        if let Some(s) = &src {
-            args.extend(["src", s.as_str()]);
-        }
-        ip(&args)?;
+        route_replace(ns, None, &r)?;
     }
     let detours = info.topology.detour_routes(k).map_err(topo_err)?;
     if !detours.is_empty() {
@@ -416,17 +408,29 @@ fn configure_relaying(info: &TestbedInfo, k: u32, ns: &str) -> Result<(), Testbe
         args.extend(rule.split(' '));
         ip(&args)?;
         for r in detours {
-            let (dest, via) = (r.dest.to_string(), r.via.to_string());
-            let mut args = vec![
-                "-n", ns, "route", "replace", "table", &table, &dest, "via", &via, "dev", &r.dev,
-            ];
-            let src = r.src.map(|s| s.to_string());
-            if let Some(s) = &src {
-                args.extend(["src", s.as_str()]);
-            }
-            ip(&args)?;
+            route_replace(ns, Some(&table), &r)?;
         }
     }
+    Ok(())
+}
+
+/// `ip -n NS route replace [table T] DEST via VIA dev DEV [src SRC]`.
+fn route_replace(
+    ns: &str,
+    table: Option<&str>,
+    r: &hx_topology::Route,
+) -> Result<(), TestbedError> {
+    let (dest, via) = (r.dest.to_string(), r.via.to_string());
+    let mut args = vec!["-n", ns, "route", "replace"];
+    if let Some(t) = table {
+        args.extend(["table", t]);
+    }
+    args.extend([dest.as_str(), "via", &via, "dev", &r.dev]);
+    let src = r.src.map(|s| s.to_string());
+    if let Some(s) = &src {
+        args.extend(["src", s.as_str()]);
+    }
+    ip(&args)?;
     Ok(())
 }
 

@@ -461,14 +461,7 @@ pub fn check(topo: &Topology, host: Option<u32>, seen: &Observed) -> Result<Repo
         });
     }
 
-    let routes: Vec<Route> = topo
-        .routes(h)?
-        .into_iter()
-        .map(|r| {
-            let dev = rename(&r.dev).unwrap_or(r.dev);
-            Route { dev, ..r }
-        })
-        .collect();
+    let routes = renamed(topo.routes(h)?, &rename);
     for r in &routes {
         let best = seen
             .routes
@@ -559,6 +552,17 @@ pub fn check(topo: &Topology, host: Option<u32>, seen: &Observed) -> Result<Repo
     })
 }
 
+/// The plan's routes with each device under this host's name for that NIC.
+fn renamed(routes: Vec<Route>, rename: &dyn Fn(&str) -> Option<String>) -> Vec<Route> {
+    routes
+        .into_iter()
+        .map(|r| {
+            let dev = rename(&r.dev).unwrap_or(r.dev);
+            Route { dev, ..r }
+        })
+        .collect()
+}
+
 /// The detour rule and table (see [`Topology::detour_routes`]): with detours, the rule and
 /// every route must be there and nothing else in the table; without, neither. Returns how
 /// many detour routes the plan has.
@@ -597,14 +601,7 @@ fn detour_problems(
             fix: None,
         }),
     }
-    let want: Vec<Route> = topo
-        .detour_routes(h)?
-        .into_iter()
-        .map(|r| {
-            let dev = rename(&r.dev).unwrap_or(r.dev);
-            Route { dev, ..r }
-        })
-        .collect();
+    let want = renamed(topo.detour_routes(h)?, rename);
     for r in &want {
         let fix = Some(format!("ip route replace table {table} {r}"));
         match seen.detour_routes.iter().find(|k| k.dest == r.dest) {
