@@ -27,14 +27,34 @@ fn topology() -> Topology {
 /// A 2x2x2 testbed with 2 links per dimension at `rate`, under the bench lock (these tests
 /// time link cuts; two testbeds of 8 hosts at once would distort each other).
 fn testbed(tag: &str, rate: &str) -> Option<(Testbed, hx_demo::lock::BenchLock)> {
+    testbed_of(tag, rate, &topology())
+}
+
+/// [`testbed`] wiring `topo` (e.g. with detours).
+fn testbed_of(
+    tag: &str,
+    rate: &str,
+    topo: &Topology,
+) -> Option<(Testbed, hx_demo::lock::BenchLock)> {
     if !util::skip::need_netns() {
         return None;
     }
     let lock =
         hx_demo::lock::BenchLock::acquire(Path::new(hx_demo::lock::BENCH_LOCK), &|| false).unwrap();
     let name = format!("x{tag}{}", std::process::id() % 1000);
-    let spec = TestbedSpec::hxb(&name, &topology()).with_rate(Some(rate));
+    let spec = TestbedSpec::hxb(&name, topo).with_rate(Some(rate));
     Some((Testbed::up(&spec).expect("testbed up"), lock))
+}
+
+/// 300 random validated messages up to 4 MiB, striped, between two ranks on testbed hosts
+/// `hosts` ("A,B"): their stress summaries.
+fn striped_stress(tb: &Testbed, hosts: &str, seed: &str) -> Vec<serde_json::Value> {
+    let out = run(tb, &["-n", "2", "--net-hosts", hosts, "--policy", "stripe"])
+        .args(["bench", "stress", "--messages", "300", "--max-size", "4M"])
+        .args(["--seed", seed, "--json"])
+        .output()
+        .unwrap();
+    stress_summaries(&out, 2, 300)
 }
 
 /// `hxcomm run --net` on `tb` with launcher options `opts` and `hxcomm` as the rank program
@@ -168,15 +188,7 @@ fn opposite_corners_with_no_rank_on_the_relays() {
     let Some((tb, _lock)) = testbed("c", "1gbit") else {
         return;
     };
-    let out = run(
-        &tb,
-        &["-n", "2", "--net-hosts", "0,7", "--policy", "stripe"],
-    )
-    .args(["bench", "stress", "--messages", "300", "--max-size", "4M"])
-    .args(["--seed", "7", "--json"])
-    .output()
-    .unwrap();
-    let lines = stress_summaries(&out, 2, 300);
+    let lines = striped_stress(&tb, "0,7", "7");
     assert_every_rail_carried(&lines, 6);
     let text = validated_bw(&tb, "0,7");
     assert!(text.contains("6 rails to rank 1"), "{text}");
@@ -194,14 +206,9 @@ fn opposite_corners_with_no_rank_on_the_relays() {
 /// dimension 2.
 #[test]
 fn line_neighbours_take_detours() {
-    if !util::skip::need_netns() {
+    let Some((tb, _lock)) = testbed_of("d", "1gbit", &topology().with_detours(true)) else {
         return;
-    }
-    let _lock =
-        hx_demo::lock::BenchLock::acquire(Path::new(hx_demo::lock::BENCH_LOCK), &|| false).unwrap();
-    let name = format!("xd{}", std::process::id() % 1000);
-    let spec = TestbedSpec::hxb(&name, &topology().with_detours(true)).with_rate(Some("1gbit"));
-    let tb = Testbed::up(&spec).expect("testbed up");
+    };
     let tx = || -> Vec<u64> {
         let out = Command::new(hxcomm())
             .args(["net", "status", "--json", "--name", tb.name()])
@@ -219,15 +226,7 @@ fn line_neighbours_take_detours() {
             .collect()
     };
     let before = tx();
-    let out = run(
-        &tb,
-        &["-n", "2", "--net-hosts", "0,1", "--policy", "stripe"],
-    )
-    .args(["bench", "stress", "--messages", "300", "--max-size", "4M"])
-    .args(["--seed", "11", "--json"])
-    .output()
-    .unwrap();
-    let lines = stress_summaries(&out, 2, 300);
+    let lines = striped_stress(&tb, "0,1", "11");
     assert_every_rail_carried(&lines, 6);
     let after = tx();
     assert_eq!(after.len(), 8);
