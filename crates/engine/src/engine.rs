@@ -57,6 +57,9 @@ const BULK_LOWAT_QUEUE: usize = 4;
 /// Rounds a blocking receive spins on shared memory by itself ([`Engine::recv_express`]) before
 /// it posts a receive and waits as usual: ~10 us, far less than the default spin time.
 const EXPRESS_ROUNDS: u32 = 1024;
+/// The same for a receive whose express look reads sockets (a recv syscall each, ~0.2-0.5 us):
+/// a round trip of a small message over a fast rail, well within the spin time.
+const EXPRESS_SOCKET_ROUNDS: u32 = 128;
 /// With a spin time shorter than this (HX_SPIN_US), receives do not spin by themselves.
 const EXPRESS_MIN_SPIN: Duration = Duration::from_micros(20);
 /// A socket rail whose current payload has at least this much still to come is readable only
@@ -811,11 +814,12 @@ impl Engine {
         self.wait(req)
     }
 
-    /// A blocking receive over shared memory spins on the rings itself for a while and takes a
-    /// small message that arrives for it straight into `buf` (Core::rx_express_into): no
-    /// request is posted, matched, completed and released, which was most of a small
-    /// receive's instructions. Anything else that arrives, or nothing within
-    /// [`EXPRESS_ROUNDS`], leaves it to the posted receive (`None`); everything seen
+    /// A blocking receive over shared memory spins on the rings itself for a while (or, from a
+    /// peer over rails, on its sockets) and takes a small message that arrives for it straight
+    /// into `buf` (Core::rx_express_into, Core::rx_done_express): no request is posted,
+    /// matched, completed and released, which was most of a small receive's instructions.
+    /// Anything else that arrives, or nothing within [`EXPRESS_ROUNDS`]
+    /// ([`EXPRESS_SOCKET_ROUNDS`]), leaves it to the posted receive (`None`); everything seen
     /// meanwhile is handled as in [`wait`](Self::wait)'s spinning.
     fn recv_express(
         &mut self,
@@ -843,7 +847,11 @@ impl Engine {
                 return Ok(None);
             }
         }
-        for round in 1..=EXPRESS_ROUNDS {
+        let rounds = match self.express_reads_sockets(&filter) {
+            true => EXPRESS_SOCKET_ROUNDS,
+            false => EXPRESS_ROUNDS,
+        };
+        for round in 1..=rounds {
             match self.express_pass(ep, filter, buf) {
                 Express::Taken(st) => return Ok(Some(st)),
                 Express::Other => return Ok(None),
@@ -863,22 +871,35 @@ impl Engine {
     }
 
     /// May a receive on `ep` taking `filter` be served by [`try_recv_express`]
-    /// (Self::try_recv_express) instead of being posted? Only one that shared memory alone
-    /// can answer (sockets are looked at only now and then while shared memory spins: a named
-    /// source on this host, or any source with no socket rail), on an endpoint with nothing
-    /// posted or waiting (which would come first).
+    /// (Self::try_recv_express) instead of being posted? Only one that the links an express
+    /// look reads can answer (other sockets are looked at only now and then while it spins): a
+    /// named source, over shared memory or over its connected rails, or any source with no
+    /// socket rail at all; on an endpoint with nothing posted or waiting (which would come
+    /// first).
     pub fn express_possible(&self, ep: EpId, filter: &Filter) -> bool {
-        let from_shm = match filter.src {
+        let answerable = match filter.src {
             Some(s) => {
-                self.peers.get(s as usize).is_some_and(|p| p.shm)
-                    && self.core.peer_failed(s).is_none()
+                // A peer over sockets: its rails are read in each look (express_sockets).
+                self.peers.get(s as usize).is_some_and(|p| match p.shm {
+                    true => !self.polled.is_empty(),
+                    false => p.rails.iter().any(|r| r.link.is_some()),
+                }) && self.core.peer_failed(s).is_none()
             }
-            None => self.sockets.is_empty(),
+            None => self.sockets.is_empty() && !self.polled.is_empty(),
         };
-        from_shm && !self.polled.is_empty() && self.core.ep_quiet(ep) && self.ep_open(ep)
+        answerable && self.core.ep_quiet(ep) && self.ep_open(ep)
     }
 
-    /// One look at the shared-memory rings for a receive that has posted nothing: takes a small
+    /// Does an express look for a receive taking `filter` read sockets (its named source is
+    /// reached over rails), rather than look at shared memory?
+    pub fn express_reads_sockets(&self, filter: &Filter) -> bool {
+        filter
+            .src
+            .is_some_and(|s| self.peers.get(s as usize).is_some_and(|p| !p.shm))
+    }
+
+    /// One look at the shared-memory rings (and, for a receive naming a peer over rails, one
+    /// read of each of its sockets) for a receive that has posted nothing: takes a small
     /// message for `ep` that `filter` takes straight into `buf`, as a blocking receive's
     /// express path does, even while other requests are in flight. For a caller that polls
     /// (the libfabric provider's parked receive): `Empty` when no ring has anything and the
@@ -898,8 +919,8 @@ impl Engine {
         }
     }
 
-    /// One pass over the shared-memory rings for an express receive (see
-    /// [`try_recv_express`](Self::try_recv_express)).
+    /// One pass over the shared-memory rings, then the named peer's sockets, for an express
+    /// receive (see [`try_recv_express`](Self::try_recv_express)).
     fn express_pass(&mut self, ep: EpId, filter: Filter, buf: &mut [u8]) -> Express {
         let mut i = 0;
         while let Some(&(p, r)) = self.polled.get(i) {
@@ -925,6 +946,62 @@ impl Engine {
             // An eager credit may be due.
             self.flush_dirty();
             return Express::Taken(st);
+        }
+        match filter.src {
+            Some(s) if self.express_reads_sockets(&filter) => {
+                self.express_sockets(s, ep, filter, buf)
+            }
+            _ => Express::Empty,
+        }
+    }
+
+    /// One read of each connected socket rail of `peer` for an express receive: a small message
+    /// at the start of what came is copied into `buf` (Core::rx_done_express), everything else
+    /// is parsed as a full round would.
+    fn express_sockets(&mut self, peer: Rank, ep: EpId, filter: Filter, buf: &mut [u8]) -> Express {
+        for rail in 0..self.peers[peer as usize].rails.len() {
+            if self.core.tx_pending(peer, rail) {
+                self.flush_rail(peer, rail);
+            }
+            let Some(link) = self.peers[peer as usize].rails[rail].link.as_mut() else {
+                continue;
+            };
+            if link.polled() {
+                continue;
+            }
+            if !self.core.rx_idle(peer, rail) {
+                // Part of a frame is staged, or a payload is arriving: the full path reads it.
+                return Express::Other;
+            }
+            let space = self.core.rx_space(peer, rail);
+            match link.read(space) {
+                Ok(0) => {
+                    self.rail_down(peer, rail, "connection closed by peer", true);
+                    return Express::Other;
+                }
+                Ok(n) => {
+                    let (taken, parsed) = self.core.rx_done_express(peer, rail, n, ep, filter, buf);
+                    if let Err(e) = parsed {
+                        self.rail_down(peer, rail, &e.to_string(), false);
+                    }
+                    if hx_transport::trace::active() {
+                        self.trace_parsed(peer, rail);
+                    }
+                    let Some(st) = taken else {
+                        return Express::Other;
+                    };
+                    // An acknowledgement or an eager credit may be due.
+                    self.flush_dirty();
+                    return Express::Taken(st);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => return Express::Other,
+                Err(e) => {
+                    let by_peer = e.kind() == ErrorKind::ConnectionReset;
+                    self.rail_down(peer, rail, &format!("read failed: {e}"), by_peer);
+                    return Express::Other;
+                }
+            }
         }
         Express::Empty
     }

@@ -40,9 +40,10 @@ struct Op {
 const NO_EP: u16 = u16::MAX;
 
 /// A receive the backend holds instead of posting it to the engine, while nothing else is
-/// posted or waiting on its endpoint (other held receives aside, which come first) and shared
-/// memory alone can answer it: each poll of the CQ
-/// then looks at the rings for it ([`Engine::try_recv_express`]) and a small message lands in
+/// posted or waiting on its endpoint (other held receives aside, which come first) and the
+/// links an express look reads can answer it (shared memory, or the rails of the one peer it
+/// names): each poll of the CQ
+/// then looks at them for it ([`Engine::try_recv_express`]) and a small message lands in
 /// its buffer without an engine request, a full engine round or the completion bookkeeping,
 /// which were most of the instructions of a small receive through Open MPI. A poll makes an
 /// engine round when the rings hold something else or (finding them empty) requests are in
@@ -64,6 +65,10 @@ const PARKED_BIT: u64 = 1 << 63;
 
 /// At most this many receives are parked at once; one more posts them all.
 const PARKED_MAX: usize = 256;
+/// The same for receives from a peer over sockets: one read brings a window's messages at
+/// once, and only the first could go to a parked receive (the rest would be queued as
+/// unexpected and copied again), so a second receive posts them.
+const PARKED_MAX_SOCKETS: usize = 1;
 
 /// What a CQ poll owes the engine after looking for the parked receive.
 #[derive(Clone, Copy)]
@@ -593,7 +598,11 @@ impl Backend for EngineBackend {
         let e = engine_eps(ep, tagged);
         // Held behind those already held (on the same endpoint, up to PARKED_MAX), or posted
         // after them: receives match in the order they were posted.
-        let park = self.parked.len() < PARKED_MAX
+        let max = match self.eng().express_reads_sockets(&filter) {
+            true => PARKED_MAX_SOCKETS,
+            false => PARKED_MAX,
+        };
+        let park = self.parked.len() < max
             && self.parked.front().is_none_or(|p| p.ep == e)
             && self.eng().express_possible(e, &filter);
         if park {

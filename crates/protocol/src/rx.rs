@@ -249,8 +249,17 @@ impl<B: Buffer> Core<B> {
     #[inline]
     fn express_frame(&self, peer: Rank, rail: usize, bytes: &[u8]) -> Option<EagerView> {
         let p = self.peers.get(peer as usize)?;
-        let rx = &p.rails.get(rail)?.rx;
-        if !p.lossless || rx.start != rx.end || rx.cur.is_some() || !p.reorder.is_empty() {
+        if !p.lossless {
+            return None;
+        }
+        self.next_eager(p, &p.rails.get(rail)?.rx, bytes)
+    }
+
+    /// `bytes` start with a whole eager frame, the next in sequence from `p`, read on a rail
+    /// (`rx`) with nothing staged before it and nothing out of order.
+    #[inline]
+    fn next_eager(&self, p: &crate::core::Peer, rx: &RxState, bytes: &[u8]) -> Option<EagerView> {
+        if rx.start != rx.end || rx.cur.is_some() || !p.reorder.is_empty() {
             return None;
         }
         let v = eager_view(bytes)?;
@@ -258,6 +267,78 @@ impl<B: Buffer> Core<B> {
             return None;
         }
         Some(v)
+    }
+
+    /// Is `rail` of `peer` between frames with nothing staged, so that a read into
+    /// [`rx_space`](Self::rx_space) lands at the start of the stage (what
+    /// [`rx_done_express`](Self::rx_done_express) needs)?
+    pub fn rx_idle(&self, peer: Rank, rail: usize) -> bool {
+        let rx = &self.peers[peer as usize].rails[rail].rx;
+        rx.start == rx.end && rx.cur.is_none() && !rx.bulk
+    }
+
+    /// The express path of a blocking receive over a rail read through a stage (a socket):
+    /// the driver read `n` bytes into the slice [`rx_space`](Self::rx_space) gave while
+    /// [`rx_idle`](Self::rx_idle) held. If they start with a whole eager frame that
+    /// [`rx_express_into`](Self::rx_express_into) would take (from any peer: frames from a
+    /// lossy one are counted for acknowledgement, and its piggybacked acknowledgement taken),
+    /// the payload is copied into `buf` and the message's status returned; no request exists
+    /// for it at any point. Every other byte is parsed as [`rx_done`](Self::rx_done) parses
+    /// it, and what that finds wrong is the second part (the frame taken, if any, is still
+    /// the caller's: it came before the error).
+    pub fn rx_done_express(
+        &mut self,
+        peer: Rank,
+        rail: usize,
+        n: usize,
+        ep: EpId,
+        filter: Filter,
+        buf: &mut [u8],
+    ) -> (Option<crate::Status>, Result<(), ProtoError>) {
+        let Some(v) = self.staged_express_frame(peer, rail, n, ep, filter, buf.len()) else {
+            return (None, self.rx_done(peer, rail, n));
+        };
+        // Parsing would look at the acknowledgement first and fail the rail on a bad one.
+        if let Err(e) = self.handle_ack(peer, rail, v.ack) {
+            return (None, Err(e));
+        }
+        let len = v.hlen + v.len;
+        let rx = &mut self.peers[peer as usize].rails[rail].rx;
+        buf[..v.len].copy_from_slice(&rx.stage[v.hlen..len]);
+        rx.start = len;
+        rx.end = n;
+        let mut h = FrameHeader::new(FrameKind::Eager);
+        h.flags = v.flags;
+        h.payload_len = v.len as u32;
+        self.frame_received(peer, rail, &h);
+        self.express_taken(peer, rail, v.len);
+        let rest = if len < n {
+            self.parse(peer, rail)
+        } else {
+            Ok(())
+        };
+        (Some(status_of(peer, &v)), rest)
+    }
+
+    /// The frame at the start of the first `n` staged bytes of `rail`, if
+    /// [`rx_done_express`](Self::rx_done_express) may take it for a receive on `ep` taking
+    /// `filter` into `cap` bytes.
+    fn staged_express_frame(
+        &self,
+        peer: Rank,
+        rail: usize,
+        n: usize,
+        ep: EpId,
+        filter: Filter,
+        cap: usize,
+    ) -> Option<EagerView> {
+        let p = self.peers.get(peer as usize)?;
+        let rx = &p.rails.get(rail)?.rx;
+        if rx.end != 0 {
+            return None;
+        }
+        let v = self.next_eager(p, rx, rx.stage.get(..n)?)?;
+        (v.dst_ep == ep && v.len <= cap && filter.takes_from(peer, v.src_ep, v.tag)).then_some(v)
     }
 
     /// The state changes of receiving an express frame of `len` payload bytes.

@@ -275,6 +275,8 @@ pub struct EagerView {
     pub seq: u64,
     pub tag: u64,
     pub data: u64,
+    /// The piggybacked acknowledgement (frames the sender has received on this rail).
+    pub ack: u64,
 }
 
 /// An eager frame's fields at the start of `buf`, if [`FrameHeader::parse`] would accept its
@@ -309,6 +311,7 @@ pub fn eager_view(buf: &[u8]) -> Option<EagerView> {
             seq: word(16),
             tag: word(24),
             data: word(32),
+            ack: word(40),
         });
     }
     if word(32) != len as u64 {
@@ -328,6 +331,7 @@ pub fn eager_view(buf: &[u8]) -> Option<EagerView> {
         } else {
             0
         },
+        ack: word(40),
     })
 }
 
@@ -439,6 +443,7 @@ mod tests {
                 seq: h.seq,
                 tag: h.tag,
                 data: h.data,
+                ack: h.ack,
             });
         assert_eq!(eager_view(b), want, "{b:?}");
     }
