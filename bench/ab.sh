@@ -65,15 +65,18 @@ for r in $(seq "$RUNS"); do
     b=$tmp/hxcomm.$i
     opts=()
     for e in ${envs[$i]}; do opts+=(--env "$e"); done
-    "$b" run --net --name $NAME -n 2 "${opts[@]}" -- "$b" bench "$@" --json 2>"$tmp/err" |
-      python3 -c '
+    # The output is parsed after the run: a parser started beside the ranks (python3's start
+    # takes tens of ms of CPU) slowed the first size measured (8 B latency 45 us instead of 7).
+    "$b" run --net --name $NAME -n 2 "${opts[@]}" -- "$b" bench "$@" --json >"$tmp/out" 2>"$tmp/err" ||
+      { echo "run $r ${labels[$i]} failed:" >&2; tail -3 "$tmp/err" >&2; continue; }
+    python3 -c '
 import json, sys
 for line in sys.stdin:
     if line.startswith("{"):
         d = json.loads(line)
         v = d["usec"] if d["bench"] == "latency" else d["mb_per_s"]
         print(sys.argv[1], sys.argv[2], d["bytes"], v, d["cpu_s_per_gb"])
-' "$r" "${labels[$i]}" >>"$tmp/raw" || { echo "run $r ${labels[$i]} failed:" >&2; tail -3 "$tmp/err" >&2; }
+' "$r" "${labels[$i]}" <"$tmp/out" >>"$tmp/raw"
   done
 done
 echo "# hxcomm bench $*, testbed $NET, medians of $RUNS interleaved runs ($start to $(date -u +%H:%M) UTC)"

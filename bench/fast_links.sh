@@ -26,8 +26,8 @@ if [ -n "${BEFORE:-}" ]; then
   B=$(realpath "$BEFORE")
   POLICIES="$POLICIES before"
 fi
-raw=$(mktemp)
-trap '"$H" net down --name $NAME >/dev/null 2>&1 || true; rm -f "$raw"' EXIT
+raw=$(mktemp) out=$(mktemp)
+trap '"$H" net down --name $NAME >/dev/null 2>&1 || true; rm -f "$raw" "$out"' EXIT
 
 exec 9>/tmp/hxcomm-bench.lock
 flock 9
@@ -43,14 +43,15 @@ for r in $RAILS; do
       p=${pols[$(( (k + i - 1) % n ))]}
       bin=$H pol=$p
       [ "$p" = before ] && bin=$B pol=adaptive
-      "$bin" run --net --name $NAME -n 2 --policy "$pol" -- "$bin" bench "$BENCH" --sizes "$SIZES" --json |
-        python3 -c '
+      # Parsed after the run: a parser starting beside the ranks slows the first size.
+      "$bin" run --net --name $NAME -n 2 --policy "$pol" -- "$bin" bench "$BENCH" --sizes "$SIZES" --json >"$out"
+      python3 -c '
 import json, sys
 for line in sys.stdin:
     if line.startswith("{"):
         d = json.loads(line)
         print(sys.argv[1], sys.argv[2], sys.argv[3], d["bytes"], d["mb_per_s"], d["cpu_s_per_gb"])
-' "$r" "$i" "$p" >>"$raw"
+' "$r" "$i" "$p" <"$out" >>"$raw"
     done
   done
   "$H" net down --name $NAME >/dev/null
