@@ -87,22 +87,26 @@ python3 - "$tmp/raw" "${labels[@]}" <<'EOF'
 import statistics, sys
 from collections import defaultdict
 raw, labels = sys.argv[1], sys.argv[2:]
-val, cpu = defaultdict(list), defaultdict(list)
+val, cpu, per_run = defaultdict(list), defaultdict(list), defaultdict(dict)
 lines = open(raw).read().splitlines() if __import__("os").path.exists(raw) else []
 for line in lines:
-    _, label, size, v, c = line.split()
+    run, label, size, v, c = line.split()
     val[(label, int(size))].append(float(v))
     cpu[(label, int(size))].append(float(c))
+    per_run[(int(size), run)][label] = float(v)
+def paired(s, a, b):
+    # Within each run, then the median: the machine changes speed between runs.
+    v = [d[a] / d[b] for (ss, _), d in per_run.items() if ss == s and a in d and b in d]
+    return statistics.median(v) if v else None
 sizes = sorted({k[1] for k in val})
 print("\n| size | " + " | ".join(labels) + " | " + " | ".join(f"{l} / {labels[0]}" for l in labels[1:]) + " |")
 print("|---:|" + "---:|" * (2 * len(labels) - 1))
 for s in sizes:
     med = {l: statistics.median(val[(l, s)]) if val[(l, s)] else None for l in labels}
     cells = [f"{med[l]:.2f} ({statistics.median(cpu[(l, s)]):.2f}, n={len(val[(l, s)])})" if med[l] else "-" for l in labels]
-    base = med[labels[0]]
-    ratios = [f"{med[l] / base:.3f}" if med[l] and base else "-" for l in labels[1:]]
+    ratios = [f"{x:.3f}" if (x := paired(s, l, labels[0])) else "-" for l in labels[1:]]
     name = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1024 else f"{s} B"
     print(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
-print("\nvalue (MB/s, or usec for latency) with CPU-s per GB and the number of runs; raw runs (run variant bytes value CPU-s/GB):")
+print("\nvalue: median (MB/s, or usec for latency) with CPU-s per GB and the number of runs; X / first: the median of the ratios within each run; raw runs (run variant bytes value CPU-s/GB):")
 print("\n".join(lines))
 EOF
