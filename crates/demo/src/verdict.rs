@@ -89,6 +89,21 @@ fn usable(v: Option<f64>) -> Option<f64> {
     v.filter(|v| v.is_finite() && *v >= 0.0)
 }
 
+/// Ok when `a` is within the tolerance of `b`, or better.
+fn within(better: Better, a: f64, b: f64) -> Status {
+    // A relative slack of 1e-9 so that exactly 5% counts as within 5%.
+    let slack = 1e-9 * b;
+    let ok = match better {
+        Better::Lower => a <= b * (1.0 + TOLERANCE) + slack,
+        Better::Higher => a >= b * (1.0 - TOLERANCE) - slack,
+    };
+    if ok {
+        Status::Ok
+    } else {
+        Status::Miss
+    }
+}
+
 /// The verdict at one size from adaptive's figure and the fixed policies' figures.
 pub fn judge(
     bytes: u64,
@@ -112,19 +127,7 @@ pub fn judge(
     let status = match (adaptive, best) {
         (None, _) => Status::NoAdaptive,
         (_, None) => Status::NoReference,
-        (Some(a), Some((_, b))) => {
-            // A relative slack of 1e-9 so that exactly 5% counts as within 5%.
-            let slack = 1e-9 * b;
-            let ok = match better {
-                Better::Lower => a <= b * (1.0 + TOLERANCE) + slack,
-                Better::Higher => a >= b * (1.0 - TOLERANCE) - slack,
-            };
-            if ok {
-                Status::Ok
-            } else {
-                Status::Miss
-            }
-        }
+        (Some(a), Some((_, b))) => within(better, a, b),
     };
     PointVerdict {
         bytes,
@@ -191,17 +194,7 @@ pub fn judge_runs(
     let status = match (adaptive_med, best) {
         (None, _) => Status::NoAdaptive,
         (_, None) => Status::NoReference,
-        (Some(_), Some((_, _, r))) => {
-            let ok = match better {
-                Better::Lower => r <= 1.0 + TOLERANCE + 1e-9,
-                Better::Higher => r >= 1.0 - TOLERANCE - 1e-9,
-            };
-            if ok {
-                Status::Ok
-            } else {
-                Status::Miss
-            }
-        }
+        (Some(_), Some((_, _, r))) => within(better, r, 1.0),
     };
     PointVerdict {
         bytes,

@@ -8,47 +8,26 @@ use std::time::{Duration, Instant};
 use hx_transport::faulty::{Faults, FaultyLink};
 use hx_transport::{pipe, shm, tcp, Link};
 
-fn pump(a: &mut dyn Link, b: &mut dyn Link, data: &[u8]) -> Vec<u8> {
+/// Moves `data` from `a` to `b` and returns what arrived. Each round writes, from where the
+/// last write ended (`sent`), the pieces between the cut points `cut(sent, round)` gives (the
+/// first is `sent`), and reads once when `read(round)`.
+fn transfer(
+    a: &mut dyn Link,
+    b: &mut dyn Link,
+    data: &[u8],
+    cut: impl Fn(usize, usize) -> Vec<usize>,
+    read: impl Fn(usize) -> bool,
+) -> Vec<u8> {
     let mut got = Vec::with_capacity(data.len());
     let mut sent = 0;
     let mut buf = vec![0u8; 7919];
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut round = 0;
     while got.len() < data.len() {
         assert!(Instant::now() < deadline, "transfer stalled");
+        round += 1;
         if sent < data.len() {
-            let mid = sent + (data.len() - sent) / 2;
-            let iov = [IoSlice::new(&data[sent..mid]), IoSlice::new(&data[mid..])];
-            match a.write_vectored(&iov) {
-                Ok(n) => sent += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => panic!("write: {e}"),
-            }
-        }
-        match b.read(&mut buf) {
-            Ok(0) => panic!("unexpected EOF"),
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => panic!("read: {e}"),
-        }
-    }
-    got
-}
-
-/// As [`pump`], in small writes (what small messages and acknowledgements make): one to three
-/// slices of 1 to 600 bytes in all, some empty, so that a link that gathers small writes into
-/// one buffer (TCP) is taken through that path and the plain one, including partial writes.
-fn pump_small(a: &mut dyn Link, b: &mut dyn Link, data: &[u8]) -> Vec<u8> {
-    let mut got = Vec::with_capacity(data.len());
-    let (mut sent, mut k) = (0, 0usize);
-    let mut buf = vec![0u8; 65536];
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while got.len() < data.len() {
-        assert!(Instant::now() < deadline, "transfer stalled");
-        if sent < data.len() {
-            k += 1;
-            let end = (sent + 1 + (k * 37) % 600).min(data.len());
-            let n = 1 + k % 3;
-            let cuts: Vec<usize> = (0..=n).map(|j| sent + (end - sent) * j / n).collect();
+            let cuts = cut(sent, round);
             let iov: Vec<IoSlice> = cuts
                 .windows(2)
                 .map(|w| IoSlice::new(&data[w[0]..w[1]]))
@@ -59,7 +38,7 @@ fn pump_small(a: &mut dyn Link, b: &mut dyn Link, data: &[u8]) -> Vec<u8> {
                 Err(e) => panic!("write: {e}"),
             }
         }
-        if k % 4 == 0 || sent == data.len() {
+        if read(round) {
             match b.read(&mut buf) {
                 Ok(0) => panic!("unexpected EOF"),
                 Ok(n) => got.extend_from_slice(&buf[..n]),
@@ -69,6 +48,32 @@ fn pump_small(a: &mut dyn Link, b: &mut dyn Link, data: &[u8]) -> Vec<u8> {
         }
     }
     got
+}
+
+/// Everything left in two halves each round, a read each round.
+fn pump(a: &mut dyn Link, b: &mut dyn Link, data: &[u8]) -> Vec<u8> {
+    let len = data.len();
+    transfer(
+        a,
+        b,
+        data,
+        |sent, _| vec![sent, sent + (len - sent) / 2, len],
+        |_| true,
+    )
+}
+
+/// In small writes (what small messages and acknowledgements make): one to three slices of 1 to
+/// 600 bytes in all, some empty, several writes to a read, so that a link that gathers small
+/// writes into one buffer (TCP) is taken through that path and the plain one, including
+/// partial writes.
+fn pump_small(a: &mut dyn Link, b: &mut dyn Link, data: &[u8]) -> Vec<u8> {
+    let len = data.len();
+    let cut = |sent: usize, k: usize| {
+        let end = (sent + 1 + (k * 37) % 600).min(len);
+        let n = 1 + k % 3;
+        (0..=n).map(|j| sent + (end - sent) * j / n).collect()
+    };
+    transfer(a, b, data, cut, |k| k % 4 == 0)
 }
 
 fn conformance(mut a: Box<dyn Link>, mut b: Box<dyn Link>) {
