@@ -358,8 +358,9 @@ struct Part<'a> {
 }
 
 /// Every policy over every rail count of `part`. Per rail count the runs are interleaved (run 1
-/// of every policy, then run 2, ..), so that a slow spell of the machine hits one run of each
-/// policy rather than every run of one; the median of the runs is kept per size.
+/// of every policy, then run 2, ..), and within a run every segment is run by every policy in
+/// turn, so that a slow spell of the machine hits one run of each policy rather than every run
+/// of one; the median of the runs is kept per size.
 fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, String> {
     let mut out = Vec::new();
     for &rails in part.rail_counts {
@@ -376,20 +377,22 @@ fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, Str
         let mut seconds = vec![0.0; POLICIES.len()];
         for run in 1..=part.runs {
             let t_run = Instant::now();
-            // Each run starts with the next policy, so that a neighbour's load arriving or
-            // leaving during a run does not always favour the same policy.
-            for k in 0..POLICIES.len() {
-                let pi = (k + run - 1) % POLICIES.len();
-                let policy = POLICIES[pi];
-                let t = Instant::now();
-                for (bi, &bench) in part.benches.iter().enumerate() {
-                    for (si, seg) in (part.segments)(bench).iter().enumerate() {
+            // Every segment is run by every policy back to back (a second or so apart, not the
+            // tens of seconds of a policy's whole run): this VM changes speed between runs and
+            // within them, and adaptive's verdict compares its figure with the others' of the
+            // same run. Each run starts with the next policy, so that a neighbour's load
+            // arriving or leaving does not always favour the same one.
+            for (bi, &bench) in part.benches.iter().enumerate() {
+                for (si, seg) in (part.segments)(bench).iter().enumerate() {
+                    for k in 0..POLICIES.len() {
+                        let pi = (k + run - 1) % POLICIES.len();
                         proc::check_interrupted()?;
-                        let points = run_segment(mode, exe, policy, rails, bench, seg)?;
+                        let t = Instant::now();
+                        let points = run_segment(mode, exe, POLICIES[pi], rails, bench, seg)?;
                         collected[pi][bi][si].push(points);
+                        seconds[pi] += t.elapsed().as_secs_f64();
                     }
                 }
-                seconds[pi] += t.elapsed().as_secs_f64();
             }
             println!(
                 "  {} {rails} rail{}: run {run}/{} of every policy ({:.1} s, load average {})",
