@@ -259,6 +259,9 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     let text = results::format_text(&rows);
     let md = results::format_markdown(&rows);
     let mut groups = verdict::groups(part1.label, &configs, &Bench::ALL);
+    if wire {
+        verdict::mark_faster_than_wire(&mut groups, results::RAIL_MB_PER_S);
+    }
     groups.extend(verdict::groups("unlimited", &unlimited, &UNLIMITED_BENCHES));
     let mut bars = vec![verdict::bar(
         &format!("{}, 2 and 4 rails, every size", part1.label),
