@@ -191,9 +191,14 @@ impl DomainShared {
         let mut st = lock(&self.state);
         let st = &mut *st;
         if delivered_last {
-            // No poll right after a delivery; nothing to collect is the common case.
+            // No poll right after a delivery; nothing to collect is the common case (Open MPI
+            // reads again after every completion until it gets -FI_EAGAIN: this read is on
+            // every message's path, so an empty queue answers without its lock).
             if st.backend.idle() {
-                return Ok(Drive::Queue);
+                return Ok(match cq.queue_empty() {
+                    true => Drive::Empty,
+                    false => Drive::Queue,
+                });
             }
             return drive_read_round(st, cq, false);
         }
