@@ -102,7 +102,7 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
         }
     }
     let window = o.window.max(1) as usize;
-    for &size in &sizes {
+    for (i, &size) in sizes.iter().enumerate() {
         let default_iters = match kind {
             Kind::Latency if size > 64 * 1024 => 100,
             Kind::Latency => 1000,
@@ -110,7 +110,10 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
             _ => 100,
         };
         let iters = o.iterations.unwrap_or(default_iters).max(1);
-        let warmup = o.warmup.unwrap_or((iters / 10).max(2));
+        let warmup = match o.warmup_first {
+            Some(w) if i == 0 => w,
+            _ => o.warmup.unwrap_or((iters / 10).max(2)),
+        };
         e.barrier().map_err(err)?;
         if !active {
             continue;

@@ -24,7 +24,15 @@ pub struct Segment {
     pub iterations: u32,
     pub warmup: u32,
     pub window: u32,
+    /// Untimed iterations of the segment's first size, if more than `warmup` (`--warmup-first`).
+    pub warmup_first: Option<u32>,
 }
+
+/// Untimed iterations of 1 B, the first size of a bandwidth job (~16 ms here): with `warmup`
+/// (4) alone, the first size of a job spread by +-8% between jobs (fresh connections and
+/// processes), and the demo's 1 B bw/bibw verdicts were a draw; with 64, +-2% (8 jobs each, 2
+/// rails at 1 Gbit/s, 2026-11-24).
+pub const BANDWIDTH_WARMUP_FIRST: u32 = 64;
 
 /// The runs of every segment when `--runs` is not given (the median of three is the smallest
 /// that ignores one bad run; `--quick` makes one).
@@ -66,12 +74,16 @@ pub fn segments(bench: Bench, quick: bool) -> Vec<Segment> {
         iterations,
         warmup,
         window,
+        warmup_first: None,
     };
     match (bench, quick) {
         (Bench::Latency, false) => vec![seg("1:4k", 1000, 100, 1), seg("8k:64k", 200, 20, 1)],
         (Bench::Latency, true) => vec![seg("1:4k", 50, 5, 1)],
         (_, false) => vec![
-            seg("1:4k", 32, 4, 64),
+            Segment {
+                warmup_first: Some(BANDWIDTH_WARMUP_FIRST),
+                ..seg("1:4k", 32, 4, 64)
+            },
             seg("8k:16k", 8, 2, 64),
             seg("32k:64k", 2, 1, 64),
             seg("128k:256k", 1, 1, 64),
@@ -97,6 +109,7 @@ pub fn unlimited_segments(bench: Bench, quick: bool) -> Vec<Segment> {
         iterations,
         warmup,
         window,
+        warmup_first: None,
     };
     match (bench, quick) {
         (Bench::Latency, _) => vec![],
@@ -144,6 +157,9 @@ pub fn job_args(
     a.extend(["--sizes".into(), seg.sizes.into()]);
     a.extend(["--iterations".into(), seg.iterations.to_string()]);
     a.extend(["--warmup".into(), seg.warmup.to_string()]);
+    if let Some(w) = seg.warmup_first {
+        a.extend(["--warmup-first".into(), w.to_string()]);
+    }
     if bench != Bench::Latency {
         a.extend(["--window".into(), seg.window.to_string()]);
     }
@@ -164,6 +180,16 @@ mod tests {
             a,
             "run -n 2 --net --name hxd --env HX_RAILS=r0,r1 --policy stripe --timeout 90 -- \
              /x/hxcomm bench bw --sizes 1M:4M --iterations 1 --warmup 1 --window 8 --json"
+        );
+    }
+
+    #[test]
+    fn a_bandwidth_sweep_from_1_byte_warms_its_first_size_longer() {
+        let seg = segments(Bench::Bibw, false)[0];
+        let a = job_args(&Mode::Loopback, "h", "rr", 2, Bench::Bibw, &seg).join(" ");
+        assert!(
+            a.ends_with("h bench bibw --sizes 1:4k --iterations 32 --warmup 4 --warmup-first 64 --window 64 --json"),
+            "{a}"
         );
     }
 
