@@ -92,7 +92,8 @@ fn plan_json(benches: &[Bench], segs: &dyn Fn(Bench) -> Vec<Segment>, runs: usiz
                 .iter()
                 .map(|s| {
                     json!({"sizes": s.sizes, "iterations": s.iterations, "warmup": s.warmup,
-                           "window": s.window, "runs_median_of": runs})
+                           "warmup_first": s.warmup_first, "window": s.window,
+                           "runs_median_of": runs})
                 })
                 .collect();
             (b.name().to_string(), Value::from(segs))
