@@ -260,11 +260,11 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     let md = results::format_markdown(&rows);
     let mut groups = verdict::groups(part1.label, &configs, &Bench::ALL);
     if wire {
-        // Every policy sends a message up to the eager limit whole (hxcomm's default, 32 KiB;
-        // if the user set another, none is assumed).
+        // Every policy sends a message up to the eager limit whole (hxcomm's default; if the
+        // user set another, none is assumed).
         let whole_up_to = match std::env::var_os("HX_EAGER_LIMIT") {
             Some(_) => 0,
-            None => 32 * 1024,
+            None => hx_protocol::Config::default().eager_limit as u64,
         };
         verdict::mark_faster_than_wire(&mut groups, results::RAIL_MB_PER_S, whole_up_to);
     }
