@@ -214,8 +214,9 @@ pub fn judge_runs(
 /// Marks the latency points of rate-limited rails whose best fixed-policy figure is below the
 /// time that policy's message takes on the wire, one way: `bytes / rail_mb_s` us for a message
 /// sent whole over one rail (bind and rr always; every policy up to `whole_up_to`, the eager
-/// limit), `bytes / (rails x rail_mb_s)` for stripe above it. No 1 Gbit/s link carries 2 KiB in 6 us or 64 KiB in 78; the testbed's token
-/// bucket does: its burst (128 KiB per rail) refills while a ping-pong waits, and a policy that
+/// limit), `bytes / (rails x rail_mb_s)` for stripe above it. No 1 Gbit/s link carries 2 KiB
+/// in 6 us or 64 KiB in 78; the testbed's token bucket does: its burst (128 KiB per rail)
+/// refills while a ping-pong waits, and a policy that
 /// gives each rail a rest between messages (rr: every second or fourth message) keeps within
 /// it, while one that uses the same rail for every message (bind, and adaptive's quiet pair)
 /// drains it and meets the rate. The verdict stands; the mark says where the figure comes from.
@@ -462,7 +463,8 @@ impl Control {
         (c.sizes > 0).then_some(c)
     }
 
-    /// `on 1 rail (...) 7 of 63 sizes missed in this run (bw down to 0.89, latency up to 1.12)`.
+    /// `on 1 rail, (...) 7 of 63 sizes missed in this run (bandwidth down to 0.89, latency up to
+    /// 1.12)`.
     pub fn line(&self) -> String {
         let mut worst = Vec::new();
         if let Some(w) = self.worst_bw {
