@@ -1118,7 +1118,7 @@ mod pull_tests {
         }
         c.pull_turn(1, 0, 32);
         assert_eq!(chunks(&c, 0), vec![(0, 0, 16 * kib)]);
-        // A link faster than max_chunk per 50 us: whole chunks of up to max_chunk.
+        // A link faster than max_chunk per 100 us: whole chunks of up to max_chunk.
         let mut c = core(4, 1, 512 * kib);
         c.peers[1].rails[0].drain.rate = 1e9;
         c.pull_turn(1, 0, 32);
