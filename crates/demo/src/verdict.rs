@@ -216,10 +216,9 @@ pub fn judge_runs(
 /// sent whole over one rail (bind and rr always; every policy up to `whole_up_to`, the eager
 /// limit), `bytes / (rails x rail_mb_s)` for stripe above it. No 1 Gbit/s link carries 2 KiB
 /// in 6 us or 64 KiB in 78; the testbed's token bucket does: its burst (128 KiB per rail)
-/// refills while a ping-pong waits, and a policy that
-/// gives each rail a rest between messages (rr: every second or fourth message) keeps within
-/// it, while one that uses the same rail for every message (bind, and adaptive's quiet pair)
-/// drains it and meets the rate. The verdict stands; the mark says where the figure comes from.
+/// refills while a ping-pong waits, and a policy that gives each rail a rest between messages
+/// (rr: every second or fourth message) keeps within it, while one that uses the same rail for
+/// every message (bind, and adaptive's quiet pair) drains it and meets the rate. The verdict stands; the mark says where the figure comes from.
 pub fn mark_faster_than_wire(groups: &mut [Group], rail_mb_s: f64, whole_up_to: u64) {
     for g in groups.iter_mut().filter(|g| g.bench == Bench::Latency) {
         for p in &mut g.points {
