@@ -919,6 +919,45 @@ impl Engine {
         }
     }
 
+    /// After [`try_recv_express`](Self::try_recv_express) returned `Empty` for `ep` and
+    /// `filter`: the doorbells ([`hx_transport::Doorbell`]) of the rings that pass looked at,
+    /// into `out`, when they alone decide the next such pass: until one rings, and as long as
+    /// nothing else touches the engine, that pass would return `Empty` again. False (and `out`
+    /// empty) when sockets are read too, something is queued to send, a request is in flight,
+    /// or a ring cannot give one. Peers that close or die ring no doorbell: the caller's full
+    /// rounds now and then find them.
+    pub fn express_watch(
+        &self,
+        ep: EpId,
+        filter: &Filter,
+        out: &mut Vec<hx_transport::Doorbell>,
+    ) -> bool {
+        out.clear();
+        if !self.core.ep_quiet(ep)
+            || self.core.live_requests() > 0
+            || self.express_reads_sockets(filter)
+        {
+            return false;
+        }
+        for &(p, r) in &self.polled {
+            if self.core.tx_pending(p, r) {
+                out.clear();
+                return false;
+            }
+            let Some(link) = self.peers[p as usize].rails[r].link.as_ref() else {
+                continue;
+            };
+            match link.doorbell() {
+                Some(d) => out.push(d),
+                None => {
+                    out.clear();
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     /// One pass over the shared-memory rings, then the named peer's sockets, for an express
     /// receive (see [`try_recv_express`](Self::try_recv_express)).
     fn express_pass(&mut self, ep: EpId, filter: Filter, buf: &mut [u8]) -> Express {

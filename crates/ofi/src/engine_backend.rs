@@ -118,6 +118,15 @@ pub struct EngineBackend {
     owed: Option<Owed>,
     /// When a poll with a parked receive last made a full round.
     sockets_polled: Instant,
+    /// After a look for the parked receive `watch_op` found nothing: the doorbells of the
+    /// rings it looked at (Engine::express_watch). While none rings, the next looks answer
+    /// without the engine (an idle poll of Open MPI's receive loop: 484 -> 340 instructions).
+    /// Any mutable use of the engine ([`eng_mut`](Self::eng_mut)) drops the watch, so its
+    /// pointers are only read while their links are untouched.
+    watch_op: Option<OpId>,
+    watch: Vec<hx_engine::Doorbell>,
+    /// An idle poll has been answered by the watch (said once, at debug level).
+    watch_logged: bool,
     /// A parked receive has been served (said once, at debug level).
     parked_logged: bool,
     /// The same, with more held behind it.
@@ -229,6 +238,7 @@ impl EngineBackend {
     }
 
     fn eng_mut(&mut self) -> &mut Engine {
+        self.watch_op = None;
         self.engine.as_mut().expect("engine present until drop")
     }
 
@@ -263,6 +273,9 @@ impl EngineBackend {
             parked_logged: false,
             parked_behind_logged: false,
             sockets_polled: Instant::now(),
+            watch_op: None,
+            watch: Vec::new(),
+            watch_logged: false,
             renamed: HashMap::default(),
             failed: Vec::new(),
             name_servers: Vec::new(),
@@ -365,7 +378,18 @@ impl EngineBackend {
             self.sockets_polled = Instant::now();
             return Look::Owes(Owed::FullRound);
         }
-        let (ep, filter, ptr, len) = (p.ep, p.filter, p.ptr, p.len);
+        if self.watch_op == Some(p.op)
+            // SAFETY: the watch is dropped by every mutable use of the engine (eng_mut), so
+            // its links are as they were when it was taken.
+            && !self.watch.iter().any(|d| unsafe { d.rung() })
+        {
+            if !self.watch_logged {
+                self.watch_logged = true;
+                tracing::debug!("hxcomm: an idle poll was answered by the rings' doorbells");
+            }
+            return Look::Owes(Owed::Nothing);
+        }
+        let (op, ep, filter, ptr, len) = (p.op, p.ep, p.filter, p.ptr, p.len);
         let buf: &mut [u8] = if len == 0 {
             &mut []
         } else {
@@ -399,7 +423,14 @@ impl EngineBackend {
                     error: None,
                 })
             }
-            Express::Empty => Look::Owes(Owed::Nothing),
+            Express::Empty => {
+                let mut watch = std::mem::take(&mut self.watch);
+                if self.eng().express_watch(ep, &filter, &mut watch) {
+                    self.watch_op = Some(op);
+                }
+                self.watch = watch;
+                Look::Owes(Owed::Nothing)
+            }
             Express::Other => Look::Owes(Owed::Round),
         }
     }

@@ -3,7 +3,7 @@
 //! keeps every matching rule of a posted one (order, probe, cancel, truncation, rendezvous,
 //! messages that came first, another tag ahead in the ring, a send in flight, zero-length, CQ
 //! data and source, a window of receives held at once, a peer that dies), and that the path was
-//! taken at all.
+//! taken at all, as was the doorbell that answers an idle poll without the engine.
 
 mod common;
 
@@ -28,6 +28,11 @@ fn parked_receives_keep_the_matching_rules() {
         text.matches("receives were held at once, the first served from shared memory")
             .count(),
         1,
+        "{text}"
+    );
+    // Waiting for a message, polls looked at the rings' doorbells alone (at least one process).
+    assert!(
+        text.contains("an idle poll was answered by the rings' doorbells"),
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);

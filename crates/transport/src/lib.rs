@@ -16,6 +16,35 @@ pub mod trace;
 
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A word of memory that the peer makes nonzero when something arrives on a link
+/// ([`Link::doorbell`]): a spinning reader that found nothing can look at it alone instead of
+/// making its whole pass again.
+#[derive(Clone, Copy, Debug)]
+pub struct Doorbell(*const AtomicU64);
+
+// SAFETY: a pointer to an atomic word in memory shared between processes; it is only read,
+// and only while its link is alive (see `rung`).
+unsafe impl Send for Doorbell {}
+
+impl Doorbell {
+    /// # Safety
+    /// `word` stays valid as long as the caller of [`rung`](Self::rung) says it is.
+    pub unsafe fn new(word: *const AtomicU64) -> Self {
+        Doorbell(word)
+    }
+
+    /// Something arrived (or may have) since the doorbell was taken.
+    ///
+    /// # Safety
+    /// The link it came from has not been read, written, dropped or otherwise touched since
+    /// [`Link::doorbell`] returned it.
+    #[inline]
+    pub unsafe fn rung(&self) -> bool {
+        (*self.0).load(Ordering::Acquire) != 0
+    }
+}
 
 /// What [`Link::poll_peek`] found.
 pub enum Peeked<'a> {
@@ -74,6 +103,14 @@ pub trait Link: Send {
             None => Peeked::Attention,
         }
     }
+    /// Links whose bytes sit in memory, after a [`poll_peek`](Self::poll_peek) that found
+    /// `Nothing`: the word whose change is the next thing to arrive. `None` when the link
+    /// cannot give one or its state needs a full look (bytes pending, the peer closed or gone).
+    /// A peer that closes later rings no doorbell: whoever waits on one must still look at
+    /// the whole link now and then.
+    fn doorbell(&self) -> Option<Doorbell> {
+        None
+    }
     /// `write_vectored` of a header and a payload (a frame): what the engine's small sends do.
     fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> io::Result<usize> {
         self.write_vectored(&[IoSlice::new(header), IoSlice::new(payload)])
@@ -126,6 +163,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> io::Result<usize> {
         (**self).write_frame(header, payload)
+    }
+    fn doorbell(&self) -> Option<Doorbell> {
+        (**self).doorbell()
     }
     fn event(&mut self) {
         (**self).event()

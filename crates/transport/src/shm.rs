@@ -625,6 +625,17 @@ impl Link for ShmLink {
         }
     }
 
+    fn doorbell(&self) -> Option<crate::Doorbell> {
+        if self.rx_left != 0 || self.peer_dead || self.peer_closed() {
+            return None;
+        }
+        // The next record's header word: the writer publishes a record by making it nonzero.
+        let off = (self.rx_tail & (self.cap - 1)) as usize;
+        // SAFETY: a word of our mapping, valid while this link lives (Doorbell::rung's
+        // contract keeps the reader within that).
+        Some(unsafe { crate::Doorbell::new(self.rx_word(off)) })
+    }
+
     fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> io::Result<usize> {
         let total = header.len() + payload.len();
         if total != 0

@@ -353,3 +353,36 @@ fn a_listener_cannot_make_the_connector_map_more_than_it_accepts() {
     assert_eq!(pair(MIN_CAPACITY).unwrap().0.peer_pid(), None);
     t.join().unwrap().unwrap();
 }
+
+#[test]
+fn doorbell_rings_for_the_next_record_only() {
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let mut buf = vec![0u8; MIN_CAPACITY];
+    // Odd sizes, many times round the ring: the doorbell taken when nothing is readable is
+    // quiet until the next record is published, then rings.
+    for i in 0..4 * MIN_CAPACITY / 500 {
+        assert!(matches!(b.poll_peek(), Peeked::Nothing));
+        let d = b.doorbell().expect("an idle ring gives a doorbell");
+        // SAFETY: b is untouched since the doorbell was taken.
+        assert!(
+            !unsafe { d.rung() },
+            "round {i}: rung before anything was written"
+        );
+        let n = 1 + (i * 97) % 700;
+        assert_eq!(a.write_vectored(&[IoSlice::new(&buf[..n])]).unwrap(), n);
+        // SAFETY: as above (only a, the writer, moved).
+        assert!(
+            unsafe { d.rung() },
+            "round {i}: a record of {n} bytes did not ring"
+        );
+        assert_eq!(b.read(&mut buf).unwrap(), n);
+    }
+    // Bytes left of a record: no doorbell, read them first.
+    a.write_vectored(&[IoSlice::new(b"two parts")]).unwrap();
+    assert_eq!(b.read(&mut buf[..3]).unwrap(), 3);
+    assert!(b.doorbell().is_none());
+    assert_eq!(b.read(&mut buf).unwrap(), 6);
+    // A closed peer: no doorbell (it would never ring).
+    drop(a);
+    assert!(b.doorbell().is_none());
+}
