@@ -497,11 +497,13 @@ impl ShmLink {
             unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.tx.add(at), b.len()) };
             at += b.len();
         }
-        self.emit(total);
+        // The publish stamp is taken before the publish: after it (and the wakeup it may
+        // make), a preempted writer could stamp later than the reader read the record.
         if let Some(t) = self.trace.as_deref_mut() {
             let now = crate::trace::now_ns();
             t.wrote(now, now, total);
         }
+        self.emit(total);
         self.write_blocked = false;
         true
     }
@@ -729,6 +731,7 @@ impl Link for ShmLink {
         // Where the next byte to copy is: bufs[bi][bo..].
         let (mut bi, mut bo) = (0, 0);
         let mut written = 0;
+        let mut published_at = 0;
         while written < total {
             let want = footprint((total - written).min(PUBLISH));
             let free = self.writable(want as u64)? as usize;
@@ -767,6 +770,10 @@ impl Link for ShmLink {
                     (bi, bo) = (bi + 1, 0);
                 }
             }
+            // Stamped before the publish, as in write_small.
+            if self.trace.is_some() {
+                published_at = crate::trace::now_ns();
+            }
             self.emit(n);
             written += n;
         }
@@ -775,8 +782,7 @@ impl Link for ShmLink {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         if let Some(t) = self.trace.as_deref_mut() {
-            let now = crate::trace::now_ns();
-            t.wrote(now, now, written);
+            t.wrote(published_at, published_at, written);
         }
         Ok(written)
     }
