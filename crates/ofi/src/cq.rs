@@ -3,7 +3,7 @@
 
 use crate::av::AvShared;
 use crate::backend::PeerId;
-use crate::domain::{self, DomainObj, DomainShared, Drive};
+use crate::domain::{self, CqFields, DomainObj, DomainShared, Drive};
 use crate::fabric::{enosys_bind, enosys_ops_open, ptr};
 use crate::hints::MAX_ERR_DATA;
 use crate::sys::*;
@@ -71,6 +71,18 @@ fn entry_size(format: c_int) -> usize {
 
 /// Writes `e` as entry `i` of a `format` array at `buf`.
 unsafe fn write_entry(format: c_int, buf: *mut c_void, i: usize, e: &Entry) {
+    let f = CqFields {
+        context: e.context,
+        flags: e.flags,
+        len: e.len,
+        data: e.data,
+        tag: e.tag,
+    };
+    write_fields(format, buf, i, &f)
+}
+
+/// Writes `e` as entry `i` of a `format` array at `buf`.
+unsafe fn write_fields(format: c_int, buf: *mut c_void, i: usize, e: &CqFields) {
     let ctx = e.context as *mut c_void;
     let null = std::ptr::null_mut();
     match format {
@@ -169,7 +181,7 @@ impl CqShared {
             .read_drive(self, delivered_last, count, |i, e, from| {
                 // Receives served straight from the backend, for this CQ, whose queue is empty:
                 // as if pushed and popped.
-                write_entry(format, buf, i, e);
+                write_fields(format, buf, i, e);
                 if !src.is_null() {
                     *src.add(i) = from.map_or(FI_ADDR_NOTAVAIL, |(av, p)| av.fi_addr_of(p));
                 }

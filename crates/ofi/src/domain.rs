@@ -186,7 +186,7 @@ impl DomainShared {
         cq: &CqShared,
         delivered_last: bool,
         room: usize,
-        mut emit: impl FnMut(usize, &Entry, Option<(&AvShared, PeerId)>),
+        mut emit: impl FnMut(usize, &CqFields, Option<(&AvShared, PeerId)>),
     ) -> Result<Drive, i32> {
         let mut st = lock(&self.state);
         let st = &mut *st;
@@ -218,14 +218,15 @@ impl DomainShared {
                     let Some(p) = st.pending.remove(&d.op) else {
                         continue;
                     };
-                    if !std::ptr::eq(p.cq, cq) {
-                        // Another CQ's: its queue.
+                    if !std::ptr::eq(p.cq, cq) || d.error.is_some() {
+                        // Another CQ's, or a failure: through the queue.
                         deliver(p, d);
                         break;
                     }
-                    if let Some((_, e, src)) = entry_of(p, d) {
+                    if p.report == Report::Always {
                         // SAFETY: under the domain lock (see `Pending`).
-                        emit(n, &e, src.map(|(av, peer)| (unsafe { &*av }, peer)));
+                        let src = src_of(&p, &d).map(|(av, peer)| (unsafe { &*av }, peer));
+                        emit(n, &fields_of(&p, &d), src);
                         n += 1;
                     }
                 }
@@ -294,31 +295,54 @@ fn deliver(p: Pending, d: Done) {
     }
 }
 
-/// Where a finished operation's source is named: its AV and peer.
-type Src = Option<(*const AvShared, PeerId)>;
+/// The fields of a finished operation's CQ entry, as every format writes them.
+pub struct CqFields {
+    pub context: usize,
+    pub flags: u64,
+    pub len: usize,
+    pub data: u64,
+    pub tag: u64,
+}
 
-/// The CQ entry of a finished operation (without its source), the CQ it goes to and its
-/// source; None when it reports nothing.
-fn entry_of(p: Pending, d: Done) -> Option<(*const CqShared, Entry, Src)> {
+fn fields_of(p: &Pending, d: &Done) -> CqFields {
     let mut flags = p.flags;
     if d.is_recv && d.data.is_some() {
         flags |= FI_REMOTE_CQ_DATA;
     }
-    let tag = if d.is_recv && p.flags & FI_TAGGED != 0 {
-        d.tag
-    } else {
-        0
-    };
-    let src = match d.src {
-        Some(peer) if !p.av.is_null() => Some((p.av, peer)),
-        _ => None,
-    };
-    let mut e = Entry {
+    CqFields {
         context: p.context,
         flags,
         len: d.len,
         data: if d.is_recv { d.data.unwrap_or(0) } else { 0 },
-        tag,
+        tag: if d.is_recv && p.flags & FI_TAGGED != 0 {
+            d.tag
+        } else {
+            0
+        },
+    }
+}
+
+/// Where a finished operation's source is named: its AV and peer.
+type Src = Option<(*const AvShared, PeerId)>;
+
+fn src_of(p: &Pending, d: &Done) -> Src {
+    match d.src {
+        Some(peer) if !p.av.is_null() => Some((p.av, peer)),
+        _ => None,
+    }
+}
+
+/// The CQ entry of a finished operation (without its source), the CQ it goes to and its
+/// source; None when it reports nothing.
+fn entry_of(p: Pending, d: Done) -> Option<(*const CqShared, Entry, Src)> {
+    let f = fields_of(&p, &d);
+    let src = src_of(&p, &d);
+    let mut e = Entry {
+        context: f.context,
+        flags: f.flags,
+        len: f.len,
+        data: f.data,
+        tag: f.tag,
         src: None,
         err: None,
     };
