@@ -218,7 +218,8 @@ pub fn judge_runs(
 /// in 6 us or 64 KiB in 78; the testbed's token bucket does: its burst (128 KiB per rail)
 /// refills while a ping-pong waits, and a policy that gives each rail a rest between messages
 /// (rr: every second or fourth message) keeps within it, while one that uses the same rail for
-/// every message (bind, and adaptive's quiet pair) drains it and meets the rate. The verdict stands; the mark says where the figure comes from.
+/// every message (bind, and adaptive's quiet pair) drains it and meets the rate. The verdict
+/// stands; the mark says where the figure comes from.
 pub fn mark_faster_than_wire(groups: &mut [Group], rail_mb_s: f64, whole_up_to: u64) {
     for g in groups.iter_mut().filter(|g| g.bench == Bench::Latency) {
         for p in &mut g.points {
