@@ -226,3 +226,97 @@ fn breakdown_over_a_testbed_rail() {
     check(&lines, "tcp", TCP_SPIN, TCP_BLOCK);
     assert!(lines.iter().all(|l| l["rails"] == "r0"), "{lines:?}");
 }
+
+/// Runs `hxcomm bench` under `hxcomm run` (2 ranks, `run_args`); its output, and whether it
+/// succeeded.
+fn bench(run_args: &[&str], bench_args: &[&str]) -> (bool, String) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::new(hxcomm())
+        .args(["run", "-n", "2", "--timeout", "120"])
+        .args(run_args)
+        .arg("--")
+        .arg(hxcomm())
+        .arg("bench")
+        .args(bench_args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// `--floor`: every size carries the plain TCP ping-pong measured before and after it, the
+/// mean of the two beside hxcomm's latency.
+fn check_floors(lines: &[Value], unit: &str, sizes: &[u64]) {
+    let got: Vec<u64> = lines.iter().map(|l| l["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(got, sizes, "{lines:?}");
+    for l in lines {
+        let f = |k: &str| l[k].as_f64().unwrap_or_else(|| panic!("no {k} in {l}"));
+        let (before, after, mean) = (
+            f(&format!("floor_before_{unit}")),
+            f(&format!("floor_after_{unit}")),
+            f(&format!("floor_{unit}")),
+        );
+        assert!(before > 0.0 && after > 0.0 && f(unit) > 0.0, "{l}");
+        assert!((mean - (before + after) / 2.0).abs() <= 0.011, "{l}");
+    }
+}
+
+#[test]
+fn latency_beside_the_plain_tcp_floor() {
+    let tcp = ["--env", "HX_TRANSPORTS=tcp"];
+    let (ok, text) = bench(
+        &tcp,
+        &[
+            "latency",
+            "--sizes",
+            "8:1k",
+            "--iterations",
+            "200",
+            "--warmup",
+            "20",
+            "--floor",
+            "--json",
+        ],
+    );
+    assert!(ok, "{text}");
+    check_floors(
+        &json_lines(&text),
+        "usec",
+        &[8, 16, 32, 64, 128, 256, 512, 1024],
+    );
+    // bw and bibw have no floor (a plain TCP stream did not follow the machine's speed).
+    let (ok, text) = bench(&tcp, &["bw", "--sizes", "64k", "--floor"]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("--floor is for latency"), "{text}");
+    // Without --floor, no floor fields.
+    let (ok, text) = bench(
+        &tcp,
+        &["latency", "--sizes", "8", "--iterations", "50", "--json"],
+    );
+    assert!(ok, "{text}");
+    assert!(json_lines(&text)[0].get("floor_usec").is_none(), "{text}");
+}
+
+#[test]
+fn a_floor_over_shared_memory_is_refused_by_name() {
+    let (ok, text) = bench(
+        &[],
+        &["latency", "--sizes", "8", "--iterations", "50", "--floor"],
+    );
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("--floor needs a TCP rail: rank 1 is reached through shared memory"),
+        "{text}"
+    );
+}

@@ -21,7 +21,7 @@
 //! between the rail's own addresses (busy-polling and blocking; and sockperf's if installed),
 //! or for shared memory a cache-line ping-pong between the two processes.
 
-mod floor;
+pub(crate) mod floor;
 mod stats;
 
 use std::net::SocketAddr;

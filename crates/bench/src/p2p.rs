@@ -1,11 +1,13 @@
 //! latency / bw / bibw between ranks 0 and 1 (other ranks, if any, only join the barriers).
 
-use std::time::Instant;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 use hx_engine::{Engine, Request};
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::time::TimeVal;
 
+use crate::breakdown::floor;
 use crate::pattern;
 use crate::P2pOpts;
 
@@ -13,6 +15,11 @@ const EP: u16 = 1;
 const TAG_DATA: u64 = 1;
 const TAG_ACK: u64 = 2;
 const TAG_CPU: u64 = 3;
+const TAG_FLOOR: u64 = 4;
+/// `--floor`'s messages are at most this big: the floor says which mode the machine is in, and
+/// larger ones would spend a rate-limited rail's token bucket before hxcomm's figure (256 B
+/// ping-ponged every ~5 us stay below 1 Gbit/s).
+const FLOOR_MAX_BYTES: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -88,6 +95,16 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
     let active = me < 2;
     let policy = e.settings().protocol.policy.name();
     let rails = e.rails(peer);
+    if o.floor && kind != Kind::Latency {
+        // A plain TCP stream beside bw figures was tried (16 MiB before and after each size,
+        // unlimited rails): it moved from 2.2 to 3.8 GB/s between jobs while hxcomm's moved
+        // from 2.6 to 5.0, with no relation between the two; it placed nothing.
+        return Err("--floor is for latency (the plain TCP ping-pong beside each size)".into());
+    }
+    let mut raw = match (o.floor, active) {
+        (true, true) => Some(open_floor(&mut e, me, peer)?),
+        _ => None,
+    };
     if me == 0 && !o.json {
         println!(
             "# hxcomm {} ({} rails to rank 1: {}, policy {policy}{})",
@@ -97,6 +114,9 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
             if o.validate { ", validated" } else { "" }
         );
         match kind {
+            Kind::Latency if raw.is_some() => {
+                println!("# Size          Latency (us)   Plain TCP (us)")
+            }
             Kind::Latency => println!("# Size          Latency (us)"),
             _ => println!("# Size      Bandwidth (MB/s)"),
         }
@@ -118,11 +138,19 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
         if !active {
             continue;
         }
+        let before = match raw.as_mut() {
+            Some(s) => Some(floor_oneway_us(s, me, size, iters)?),
+            None => None,
+        };
         let Timed { secs, cpu } = match kind {
             Kind::Latency => latency(&mut e, me, peer, size, iters, warmup, o.validate)?,
             Kind::Bw | Kind::Bibw => bandwidth(
                 &mut e, kind, me, peer, size, window, iters, warmup, o.validate, o.timeline,
             )?,
+        };
+        let after = match raw.as_mut() {
+            Some(s) => Some(floor_oneway_us(s, me, size, iters)?),
+            None => None,
         };
         // Rank 1 reports its CPU time so rank 0 can print the pair's cost per byte.
         let mut peer_cpu = [0u8; 8];
@@ -154,23 +182,94 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
         } else {
             0.0
         };
+        let round2 = |v: f64| (v * 100.0).round() / 100.0;
+        let floor = before.zip(after).map(|(b, a)| (b + a) / 2.0);
         if o.json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "bench": kind.name(), "bytes": size, unit: (value * 100.0).round() / 100.0,
-                    "rails": rails, "policy": policy, "iterations": iters,
-                    "window": if kind == Kind::Latency { 1 } else { window },
-                    "cpu_s": (cpu_total * 1e4).round() / 1e4,
-                    "cpu_s_per_gb": (cpu_per_gb * 1e3).round() / 1e3,
-                    "validated": o.validate,
-                })
-            );
+            let mut line = serde_json::json!({
+                "bench": kind.name(), "bytes": size, unit: round2(value),
+                "rails": rails, "policy": policy, "iterations": iters,
+                "window": if kind == Kind::Latency { 1 } else { window },
+                "cpu_s": (cpu_total * 1e4).round() / 1e4,
+                "cpu_s_per_gb": (cpu_per_gb * 1e3).round() / 1e3,
+                "validated": o.validate,
+            });
+            if let (Some(f), Some(b), Some(a)) = (floor, before, after) {
+                line["floor_usec"] = round2(f).into();
+                line["floor_before_usec"] = round2(b).into();
+                line["floor_after_usec"] = round2(a).into();
+            }
+            println!("{line}");
+        } else if let Some(f) = floor {
+            println!("{size:<10}{value:>18.2}{f:>17.2}");
         } else {
             println!("{size:<10}{value:>18.2}");
         }
     }
     e.finalize().map_err(err)
+}
+
+/// `--floor`: a plain TCP connection between rail 0's own addresses (rank 1 listens, rank 0
+/// connects), made once the engine has connected that rail.
+fn open_floor(e: &mut Engine, me: u32, peer: u32) -> Result<TcpStream, String> {
+    if e.is_shm_peer(peer) {
+        return Err(format!(
+            "--floor needs a TCP rail: rank {peer} is reached through shared memory \
+             (HX_TRANSPORTS=tcp gives rails on one host)"
+        ));
+    }
+    // A message each way connects the rails (on first use).
+    let mut hello = [0u8; 2];
+    if me == 0 {
+        e.send(EP, peer, EP, TAG_FLOOR, &[]).map_err(err)?;
+    } else {
+        e.recv(EP, Some(peer), Some(TAG_FLOOR), &mut hello)
+            .map_err(err)?;
+    }
+    let t0 = Instant::now();
+    let (local, remote) = loop {
+        if let Some(a) = e.rail_socket_addrs(peer, 0) {
+            break a;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Err(format!(
+                "--floor: rail 0 to rank {peer} is not a connected TCP rail after 10 s"
+            ));
+        }
+        e.progress().map_err(err)?;
+        std::thread::sleep(Duration::from_micros(100));
+    };
+    if me == 1 {
+        let l = floor::listen(local.ip())?;
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        e.send(EP, peer, EP, TAG_FLOOR, &port.to_le_bytes())
+            .map_err(err)?;
+        floor::accept(&l)
+    } else {
+        let st = e
+            .recv(EP, Some(peer), Some(TAG_FLOOR), &mut hello)
+            .map_err(err)?;
+        if st.len != 2 {
+            return Err(format!(
+                "--floor: a port of {} bytes from rank {peer}",
+                st.len
+            ));
+        }
+        let port = u16::from_le_bytes(hello);
+        floor::connect(local.ip(), SocketAddr::new(remote.ip(), port))
+    }
+}
+
+/// Half the median round trip of a plain busy-polling TCP ping-pong of `size` bytes (at most
+/// [`FLOOR_MAX_BYTES`]), a quarter of the iterations: rank 0's figure; rank 1 answers and
+/// gets 0.
+fn floor_oneway_us(s: &mut TcpStream, me: u32, size: usize, iters: u32) -> Result<f64, String> {
+    let iters = (iters / 4).max(50);
+    let mut rtt = floor::tcp_pingpong(s, me == 0, size.min(FLOOR_MAX_BYTES), iters, 10, true)?;
+    if rtt.is_empty() {
+        return Ok(0.0);
+    }
+    rtt.sort_unstable();
+    Ok(rtt[rtt.len() / 2] as f64 / 2e3)
 }
 
 fn verify(buf: &[u8], seed: u64, what: &str) -> Result<(), String> {

@@ -26,6 +26,9 @@ pub struct Segment {
     pub window: u32,
     /// Untimed iterations of the segment's first size, if more than `warmup` (`--warmup-first`).
     pub warmup_first: Option<u32>,
+    /// `--floor` (latency): the plain TCP ping-pong of the same process pair around each size,
+    /// which says what speed the machine was at (verdict::placed_in_machine).
+    pub floor: bool,
 }
 
 /// Untimed iterations of 1 B, the first size of a bandwidth job (~16 ms here): with `warmup`
@@ -75,6 +78,7 @@ pub fn segments(bench: Bench, quick: bool) -> Vec<Segment> {
         warmup,
         window,
         warmup_first: None,
+        floor: bench == Bench::Latency,
     };
     match (bench, quick) {
         (Bench::Latency, false) => vec![seg("1:4k", 1000, 100, 1), seg("8k:64k", 200, 20, 1)],
@@ -110,6 +114,7 @@ pub fn unlimited_segments(bench: Bench, quick: bool) -> Vec<Segment> {
         warmup,
         window,
         warmup_first: None,
+        floor: false,
     };
     match (bench, quick) {
         (Bench::Latency, _) => vec![],
@@ -163,6 +168,10 @@ pub fn job_args(
     if bench != Bench::Latency {
         a.extend(["--window".into(), seg.window.to_string()]);
     }
+    if seg.floor {
+        // Both modes run over TCP rails.
+        a.push("--floor".into());
+    }
     a.push("--json".into());
     a
 }
@@ -200,8 +209,19 @@ mod tests {
         assert_eq!(
             a,
             "run -n 2 --env HX_LOOPBACK_RAILS=4 --env HX_TRANSPORTS=tcp --policy bind --timeout 90 -- \
-             h bench latency --sizes 1:4k --iterations 1000 --warmup 100 --json"
+             h bench latency --sizes 1:4k --iterations 1000 --warmup 100 --floor --json"
         );
+    }
+
+    #[test]
+    fn latency_jobs_measure_their_floor() {
+        for quick in [false, true] {
+            assert!(segments(Bench::Latency, quick).iter().all(|s| s.floor));
+            for b in [Bench::Bw, Bench::Bibw] {
+                assert!(segments(b, quick).iter().all(|s| !s.floor));
+                assert!(unlimited_segments(b, quick).iter().all(|s| !s.floor));
+            }
+        }
     }
 
     #[test]

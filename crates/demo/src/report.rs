@@ -66,6 +66,12 @@ fn points_json(bench: Bench, r: &ConfigResult, wire: bool) -> Value {
             if !p.runs.is_empty() {
                 v["runs"] = json!(p.runs);
             }
+            if let Some(f) = p.floor {
+                v["floor"] = json!(f);
+            }
+            if !p.floor_runs.is_empty() {
+                v["floor_runs"] = json!(p.floor_runs);
+            }
             if bench == Bench::Latency {
                 v["usec"] = json!(p.value);
             } else {
@@ -385,6 +391,8 @@ mod tests {
                     rails: Some(rails as u64),
                     policy: Some(policy.into()),
                     runs: vec![],
+                    floor: None,
+                    floor_runs: vec![],
                 })
                 .collect()
         };

@@ -47,6 +47,11 @@ pub struct Point {
     /// Every run's figure at this size, in run order, when this point is their median
     /// ([`median_by_size`]); empty for a single parsed run.
     pub runs: Vec<f64>,
+    /// Latency with `--floor`: the plain TCP ping-pong of the same process pair around this
+    /// figure (one-way us).
+    pub floor: Option<f64>,
+    /// Every run's floor, in the order of `runs`, when every run has one.
+    pub floor_runs: Vec<f64>,
 }
 
 /// Parses the `--json` output of one benchmark run: every line that is a JSON object with
@@ -78,6 +83,8 @@ pub fn parse_lines(text: &str, bench: Bench) -> Result<Vec<Point>, String> {
             rails: v["rails"].as_u64(),
             policy: v["policy"].as_str().map(str::to_string),
             runs: vec![],
+            floor: v["floor_usec"].as_f64(),
+            floor_runs: vec![],
         });
     }
     Ok(out)
@@ -96,9 +103,16 @@ pub fn median_by_size(runs: &[Vec<Point>]) -> Vec<Point> {
         .filter_map(|b| {
             let mut at: Vec<&Point> = runs.iter().flatten().filter(|p| p.bytes == b).collect();
             let all: Vec<f64> = at.iter().map(|p| p.value).collect();
+            let floors: Vec<f64> = at.iter().filter_map(|p| p.floor).collect();
+            let floor_runs = if floors.len() == all.len() {
+                floors
+            } else {
+                vec![]
+            };
             at.sort_by(|x, y| x.value.total_cmp(&y.value));
             at.get((at.len().max(1) - 1) / 2).map(|p| Point {
                 runs: all,
+                floor_runs,
                 ..(*p).clone()
             })
         })
@@ -357,6 +371,8 @@ mod tests {
             rails: None,
             policy: None,
             runs: vec![],
+            floor: None,
+            floor_runs: vec![],
         }
     }
 
@@ -405,6 +421,24 @@ not json {"bench":"bw"}
         let m = median_by_size(&[vec![pt(1, 3.0)], vec![pt(1, 1.0)]]);
         assert_eq!((m[0].value, &m[0].runs), (1.0, &vec![3.0, 1.0]));
         assert!(median_by_size(&[]).is_empty());
+    }
+
+    #[test]
+    fn floors_follow_their_runs() {
+        let text = r#"{"bench":"latency","bytes":8,"usec":4.55,"floor_usec":4.0,"floor_before_usec":4.03}"#;
+        let p = parse_lines(text, Bench::Latency).unwrap();
+        assert_eq!(p[0].floor, Some(4.0));
+        let f = |v: f64, floor: Option<f64>| Point { floor, ..pt(8, v) };
+        let m = median_by_size(&[
+            vec![f(7.3, Some(6.6))],
+            vec![f(4.4, Some(3.9))],
+            vec![f(5.5, Some(5.0))],
+        ]);
+        assert_eq!((m[0].value, m[0].floor), (5.5, Some(5.0)));
+        assert_eq!(m[0].floor_runs, vec![6.6, 3.9, 5.0]);
+        // A run without a floor: no floors at all, rather than floors out of step with runs.
+        let m = median_by_size(&[vec![f(7.3, Some(6.6))], vec![f(4.4, None)]]);
+        assert!(m[0].floor_runs.is_empty());
     }
 
     #[test]
