@@ -255,8 +255,8 @@ fn json_lines(text: &str) -> Vec<Value> {
         .collect()
 }
 
-/// `--floor`: every size carries the plain TCP ping-pong measured before and after it, the
-/// mean of the two beside hxcomm's latency.
+/// `--floor`: every size carries the plain TCP figure measured before and after it, the mean
+/// of the two beside hxcomm's, in the benchmark's unit.
 fn check_floors(lines: &[Value], unit: &str, sizes: &[u64]) {
     let got: Vec<u64> = lines.iter().map(|l| l["bytes"].as_u64().unwrap()).collect();
     assert_eq!(got, sizes, "{lines:?}");
@@ -273,7 +273,7 @@ fn check_floors(lines: &[Value], unit: &str, sizes: &[u64]) {
 }
 
 #[test]
-fn latency_beside_the_plain_tcp_floor() {
+fn latency_and_small_bandwidth_beside_the_plain_tcp_floor() {
     let tcp = ["--env", "HX_TRANSPORTS=tcp"];
     let (ok, text) = bench(
         &tcp,
@@ -295,10 +295,31 @@ fn latency_beside_the_plain_tcp_floor() {
         "usec",
         &[8, 16, 32, 64, 128, 256, 512, 1024],
     );
-    // bw and bibw have no floor (a plain TCP stream did not follow the machine's speed).
-    let (ok, text) = bench(&tcp, &["bw", "--sizes", "64k", "--floor"]);
-    assert!(!ok, "{text}");
-    assert!(text.contains("--floor is for latency"), "{text}");
+    // bw and bibw: OSU's window over plain TCP, up to 256 B; none above.
+    for which in ["bw", "bibw"] {
+        let (ok, text) = bench(
+            &tcp,
+            &[
+                which,
+                "--sizes",
+                "64:512",
+                "--iterations",
+                "8",
+                "--warmup",
+                "2",
+                "--window",
+                "16",
+                "--floor",
+                "--json",
+            ],
+        );
+        assert!(ok, "{which}: {text}");
+        let lines = json_lines(&text);
+        assert_eq!(lines.len(), 4, "{text}");
+        check_floors(&lines[..3], "mb_per_s", &[64, 128, 256]);
+        assert_eq!(lines[3]["bytes"], 512);
+        assert!(lines[3].get("floor_mb_per_s").is_none(), "{text}");
+    }
     // Without --floor, no floor fields.
     let (ok, text) = bench(
         &tcp,

@@ -69,12 +69,13 @@ pub struct P2pOpts {
     /// One JSON object per line instead of the OSU table.
     #[arg(long)]
     pub json: bool,
-    /// latency over a TCP rail: before and after each size, a plain TCP ping-pong of that size
-    /// (at most 256 B) between rail 0's own addresses (busy-polling, a quarter of the
-    /// iterations each), the raw floor of the same process pair at the same moment; printed
-    /// beside each figure (`floor_usec`, the mean of the two medians, and each). This VM's
-    /// speed changes by the second (8 B over a rail 4.3, 5.5 or 7-9 us), and the floor says
-    /// which speed a figure met.
+    /// Over a TCP rail: before and after each size, the same measurement over plain TCP between
+    /// the same two processes (rail 0's own addresses, busy-polling), printed beside hxcomm's
+    /// (`floor_usec` / `floor_mb_per_s`: the mean of the two; and each). latency: a ping-pong
+    /// of the size (at most 256 B), a quarter of the iterations; bw, bibw: OSU's window over
+    /// plain TCP, an eighth of the iterations, up to 256 B only (above, a rate-limited rail and
+    /// not the machine sets the figure). This VM's speed changes by the second (8 B over a
+    /// rail 4.3, 5.5 or 7-9 us), and the floor says which speed a figure met.
     #[arg(long)]
     pub floor: bool,
     /// bw/bibw: also print one JSON line per iteration with its wall-clock end time (Unix

@@ -16,9 +16,10 @@ const TAG_DATA: u64 = 1;
 const TAG_ACK: u64 = 2;
 const TAG_CPU: u64 = 3;
 const TAG_FLOOR: u64 = 4;
-/// `--floor`'s messages are at most this big: the floor says which mode the machine is in, and
+/// `--floor`'s messages are at most this big: the floor says which speed the machine is at, and
 /// larger ones would spend a rate-limited rail's token bucket before hxcomm's figure (256 B
-/// ping-ponged every ~5 us stay below 1 Gbit/s).
+/// ping-ponged every ~5 us stay below 1 Gbit/s; bw's window of 64 x 256 B, 4 times, is half
+/// the testbed's bucket).
 const FLOOR_MAX_BYTES: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,12 +96,6 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
     let active = me < 2;
     let policy = e.settings().protocol.policy.name();
     let rails = e.rails(peer);
-    if o.floor && kind != Kind::Latency {
-        // A plain TCP stream beside bw figures was tried (16 MiB before and after each size,
-        // unlimited rails): it moved from 2.2 to 3.8 GB/s between jobs while hxcomm's moved
-        // from 2.6 to 5.0, with no relation between the two; it placed nothing.
-        return Err("--floor is for latency (the plain TCP ping-pong beside each size)".into());
-    }
     let mut raw = match (o.floor, active) {
         (true, true) => Some(open_floor(&mut e, me, peer)?),
         _ => None,
@@ -118,6 +113,7 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
                 println!("# Size          Latency (us)   Plain TCP (us)")
             }
             Kind::Latency => println!("# Size          Latency (us)"),
+            _ if raw.is_some() => println!("# Size      Bandwidth (MB/s)  Plain TCP (MB/s)"),
             _ => println!("# Size      Bandwidth (MB/s)"),
         }
     }
@@ -139,7 +135,7 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
             continue;
         }
         let before = match raw.as_mut() {
-            Some(s) => Some(floor_oneway_us(s, me, size, iters)?),
+            Some(s) => floor_figure(s, kind, me, size, window, iters)?,
             None => None,
         };
         let Timed { secs, cpu } = match kind {
@@ -149,7 +145,7 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
             )?,
         };
         let after = match raw.as_mut() {
-            Some(s) => Some(floor_oneway_us(s, me, size, iters)?),
+            Some(s) => floor_figure(s, kind, me, size, window, iters)?,
             None => None,
         };
         // Rank 1 reports its CPU time so rank 0 can print the pair's cost per byte.
@@ -194,9 +190,9 @@ pub fn run(kind: Kind, o: &P2pOpts) -> Result<(), String> {
                 "validated": o.validate,
             });
             if let (Some(f), Some(b), Some(a)) = (floor, before, after) {
-                line["floor_usec"] = round2(f).into();
-                line["floor_before_usec"] = round2(b).into();
-                line["floor_after_usec"] = round2(a).into();
+                line[format!("floor_{unit}")] = round2(f).into();
+                line[format!("floor_before_{unit}")] = round2(b).into();
+                line[format!("floor_after_{unit}")] = round2(a).into();
             }
             println!("{line}");
         } else if let Some(f) = floor {
@@ -256,6 +252,35 @@ fn open_floor(e: &mut Engine, me: u32, peer: u32) -> Result<TcpStream, String> {
         }
         let port = u16::from_le_bytes(hello);
         floor::connect(local.ip(), SocketAddr::new(remote.ip(), port))
+    }
+}
+
+/// The plain TCP figure beside one size (rank 0's; rank 1 takes part and gets 0). Latency: a
+/// ping-pong, every size (messages of at most [`FLOOR_MAX_BYTES`]). bw, bibw: OSU's window
+/// over plain TCP, an eighth of the iterations (at least 4), sizes up to
+/// [`FLOOR_MAX_BYTES`] only (None above): there the message rate, which the machine's speed
+/// sets, is the limit; above it a rate-limited rail's wire or token bucket is, and a floor's
+/// bytes would spend rail 0's bucket before hxcomm's figure.
+fn floor_figure(
+    s: &mut TcpStream,
+    kind: Kind,
+    me: u32,
+    size: usize,
+    window: usize,
+    iters: u32,
+) -> Result<Option<f64>, String> {
+    match kind {
+        Kind::Latency => floor_oneway_us(s, me, size, iters).map(Some),
+        _ if size > FLOOR_MAX_BYTES => Ok(None),
+        _ => floor::tcp_window(
+            s,
+            me == 0,
+            size,
+            window,
+            (iters / 8).max(4),
+            kind == Kind::Bibw,
+        )
+        .map(Some),
     }
 }
 

@@ -47,8 +47,8 @@ pub struct Point {
     /// Every run's figure at this size, in run order, when this point is their median
     /// ([`median_by_size`]); empty for a single parsed run.
     pub runs: Vec<f64>,
-    /// Latency with `--floor`: the plain TCP ping-pong of the same process pair around this
-    /// figure (one-way us).
+    /// With `--floor`: the plain TCP figure of the same process pair around this one (latency:
+    /// a ping-pong, one-way us; bw, bibw: OSU's window, MB/s).
     pub floor: Option<f64>,
     /// Every run's floor, in the order of `runs`, when every run has one.
     pub floor_runs: Vec<f64>,
@@ -83,7 +83,7 @@ pub fn parse_lines(text: &str, bench: Bench) -> Result<Vec<Point>, String> {
             rails: v["rails"].as_u64(),
             policy: v["policy"].as_str().map(str::to_string),
             runs: vec![],
-            floor: v["floor_usec"].as_f64(),
+            floor: v[format!("floor_{}", bench.field())].as_f64(),
             floor_runs: vec![],
         });
     }
@@ -428,6 +428,8 @@ not json {"bench":"bw"}
         let text = r#"{"bench":"latency","bytes":8,"usec":4.55,"floor_usec":4.0,"floor_before_usec":4.03}"#;
         let p = parse_lines(text, Bench::Latency).unwrap();
         assert_eq!(p[0].floor, Some(4.0));
+        let text = r#"{"bench":"bw","bytes":64,"mb_per_s":10.1,"floor_mb_per_s":11.2}"#;
+        assert_eq!(parse_lines(text, Bench::Bw).unwrap()[0].floor, Some(11.2));
         let f = |v: f64, floor: Option<f64>| Point { floor, ..pt(8, v) };
         let m = median_by_size(&[
             vec![f(7.3, Some(6.6))],

@@ -90,21 +90,22 @@ pub struct PointVerdict {
     pub machine: Option<Machine>,
 }
 
-/// What places a latency miss in the machine: the plain TCP ping-pong that each job ran around
-/// its figure (`hxcomm bench latency --floor`, the same process pair over rail 0's own
-/// addresses) moved as much as hxcomm's figures did. On this VM the one-way time of 8 B over a
-/// rail sits at ~4.3, ~5.5 or ~7-9 us for seconds at a time, and plain TCP with it (3.9, 5.2,
-/// 6.6 us), hxcomm's part above it staying at 0.5-1 us. (Bandwidth has no such floor: a plain
-/// TCP stream beside each size moved between jobs without relation to hxcomm's figures.)
+/// What places a miss in the machine: the plain TCP figure that each job measured around its
+/// own (`hxcomm bench ... --floor`, the same process pair over rail 0's own addresses) moved
+/// as much as hxcomm's figures did. On this VM the one-way time of 8 B over a rail sits at
+/// ~4.3, ~5.5 or ~7-9 us for seconds at a time, and plain TCP with it (3.9, 5.2, 6.6 us),
+/// hxcomm's part above it staying at 0.5-1 us; the message rate of small messages (bw, bibw
+/// up to 256 B) moves with the same spells. Larger bandwidth points have no floor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Machine {
-    /// The floors (medians of the runs, one-way us) around adaptive's figures and around the
-    /// named best policy's.
+    /// The floors (medians of the runs, in the benchmark's unit) around adaptive's figures and
+    /// around the named best policy's.
     pub adaptive_floor: f64,
     pub best_floor: f64,
-    /// adaptive against the fixed policy it compares worst with once each run's figure is
-    /// moved by the difference of that run's two floors (the time the machine added to one and
-    /// not the other): the median over runs of (a - (fa - fb)) / b; within the tolerance.
+    /// adaptive against the fixed policy it compares worst with once each run is corrected by
+    /// that run's two floors, the median over runs: latency (a - (fa - fb)) / b, the time the
+    /// machine added to one and not the other taken off; bandwidth (a / fa) / (b / fb), each as
+    /// a share of what plain TCP reached at that moment. Within the tolerance.
     pub corrected_ratio: f64,
 }
 
@@ -237,16 +238,16 @@ pub fn judge_runs(
 /// One policy's runs at a size and the floor of each (`hxcomm bench latency --floor`).
 pub type Floored<'a> = (&'a [f64], &'a [f64]);
 
-/// For a latency miss: whether the plain TCP floors of the same jobs explain it ([`Machine`]).
-/// Each run's adaptive figure is moved by the difference between its floor and the fixed
-/// policy's floor of the same run, and adaptive must then be within the tolerance of every
-/// fixed policy (the median of the corrected ratios). None when a policy lacks a floor for a
-/// run, or the correction does not bring adaptive within the tolerance: then the miss stays
-/// unexplained.
+/// For a miss: whether the plain TCP floors of the same jobs explain it ([`Machine`]). Each
+/// run of adaptive is corrected by its floor against the fixed policy's floor of the same run,
+/// and adaptive must then be within the tolerance of every fixed policy (the median of the
+/// corrected ratios). None when a policy lacks a floor for a run, or the correction does not
+/// bring adaptive within the tolerance: then the miss stays unexplained.
 pub fn placed_in_machine(
     adaptive: Floored,
     fixed: &[(&str, Floored)],
     best_policy: &str,
+    better: Better,
 ) -> Option<Machine> {
     let (a_runs, a_floors) = adaptive;
     let n = a_runs.len();
@@ -257,14 +258,21 @@ pub fn placed_in_machine(
     let mut worst: Option<f64> = None;
     for &(_, (b_runs, b_floors)) in fixed {
         let ratios: Vec<f64> = (0..n)
-            .filter(|&i| b_runs[i] > 0.0)
-            .map(|i| (a_runs[i] - (a_floors[i] - b_floors[i])) / b_runs[i])
+            .filter(|&i| b_runs[i] > 0.0 && a_floors[i] > 0.0 && b_floors[i] > 0.0)
+            .map(|i| match better {
+                Better::Lower => (a_runs[i] - (a_floors[i] - b_floors[i])) / b_runs[i],
+                Better::Higher => (a_runs[i] / a_floors[i]) / (b_runs[i] / b_floors[i]),
+            })
             .collect();
         let r = median(ratios)?;
-        worst = Some(worst.map_or(r, |w: f64| w.max(r)));
+        worst = Some(match (worst, better) {
+            (None, _) => r,
+            (Some(w), Better::Lower) => w.max(r),
+            (Some(w), Better::Higher) => w.min(r),
+        });
     }
     let corrected_ratio = worst?;
-    if within(Better::Lower, corrected_ratio, 1.0) != Status::Ok {
+    if within(better, corrected_ratio, 1.0) != Status::Ok {
         return None;
     }
     let best_floors = fixed.iter().find(|(p, _)| *p == best_policy)?.1 .1;
@@ -357,17 +365,16 @@ pub fn groups(part: &str, configs: &[ConfigResult], benches: &[Bench]) -> Vec<Gr
                     let fixed: Vec<(&str, Figures)> =
                         FIXED.iter().map(|&p| (p, figures(p))).collect();
                     let mut v = judge_runs(bytes, figures(CANDIDATE), &fixed, Better::of(bench));
-                    if v.status == Status::Miss && bench == Bench::Latency {
+                    if v.status == Status::Miss {
                         let floored = |p: &str| -> Floored {
                             point(p)
                                 .map_or((&[][..], &[][..]), |x| (&x.runs[..], &x.floor_runs[..]))
                         };
                         let fixed: Vec<(&str, Floored)> =
                             FIXED.iter().map(|&p| (p, floored(p))).collect();
-                        v.machine = v
-                            .best_policy
-                            .as_deref()
-                            .and_then(|bp| placed_in_machine(floored(CANDIDATE), &fixed, bp));
+                        v.machine = v.best_policy.as_deref().and_then(|bp| {
+                            placed_in_machine(floored(CANDIDATE), &fixed, bp, Better::of(bench))
+                        });
                     }
                     v
                 })
@@ -411,7 +418,7 @@ pub fn describe(p: &PointVerdict) -> String {
                 },
             ) + &p.machine.as_ref().map_or(String::new(), |m| {
                 format!(
-                    " [the machine: plain TCP {} vs {} us in the same jobs, {:.2} corrected]",
+                    " [the machine: plain TCP {} vs {} in the same jobs, {:.2} corrected]",
                     fig(m.adaptive_floor),
                     fig(m.best_floor),
                     m.corrected_ratio
@@ -501,8 +508,8 @@ pub struct Bar {
     pub total: usize,
     /// Misses at latency points faster than the wire ([`mark_faster_than_wire`]).
     pub misses_faster_than_wire: usize,
-    /// Latency misses the plain TCP ping-pong of the same jobs places in the machine (and not
-    /// faster than the wire).
+    /// Misses the plain TCP figures of the same jobs place in the machine (and not faster
+    /// than the wire).
     pub misses_machine: usize,
     /// Misses neither faster than the wire nor placed in the machine.
     pub misses_unexplained: usize,
@@ -600,8 +607,8 @@ impl Bar {
             } + &match self.misses_machine {
                 0 => String::new(),
                 n => format!(
-                    "; {n} of the misses placed in the machine by the plain TCP ping-pong of the \
-                     same jobs (within 5% once each run is moved by the difference of the floors)"
+                    "; {n} of the misses placed in the machine by the plain TCP figures of the \
+                     same jobs (within 5% once each run is corrected by its floors)"
                 ),
             } + if !self.met() && self.misses_unexplained == 0 {
                 "; every miss placed outside hxcomm"
@@ -689,8 +696,8 @@ pub fn to_json(groups: &[Group], bars: &[Bar]) -> Value {
                 "verdict": p.status.name(),
                 "faster_than_wire": p.faster_than_wire,
                 "placed_in_machine": p.machine.as_ref().map(|m| json!({
-                    "adaptive_floor_us": m.adaptive_floor,
-                    "best_floor_us": m.best_floor,
+                    "adaptive_floor": m.adaptive_floor,
+                    "best_floor": m.best_floor,
                     "corrected_ratio": (m.corrected_ratio * 1e4).round() / 1e4,
                 })),
             })).collect::<Vec<_>>(),
@@ -1010,8 +1017,8 @@ mod tests {
         assert!(m.corrected_ratio <= 1.05, "{m:?}");
         assert!(
             describe(p).ends_with(
-                "8 7.43 vs stripe 4.52 (1.46) [the machine: plain TCP 6.80 vs 3.95 us in the \
-                 same jobs, 1.01 corrected]"
+                "8 7.43 vs stripe 4.52 (1.46) [the machine: plain TCP 6.80 vs 3.95 in the same \
+                 jobs, 1.01 corrected]"
             ),
             "{}",
             describe(p)
@@ -1030,7 +1037,7 @@ mod tests {
         let j = to_json(&g, &[b]);
         assert_eq!(j["bars"][0]["misses_placed_in_machine"], 1);
         assert_eq!(
-            j["groups"][0]["points"][0]["placed_in_machine"]["best_floor_us"],
+            j["groups"][0]["points"][0]["placed_in_machine"]["best_floor"],
             3.95
         );
 
@@ -1063,21 +1070,60 @@ mod tests {
         // other way round. Corrected: 1.0 in every run.
         let a = ([4.0, 7.0, 4.0], [3.5, 6.5, 3.5]);
         let b = ([4.0, 4.0, 7.0], [3.5, 3.5, 6.5]);
-        let m = placed_in_machine((&a.0[..], &a.1[..]), &[("rr", (&b.0[..], &b.1[..]))], "rr")
-            .expect("placed");
+        let m = placed_in_machine(
+            (&a.0[..], &a.1[..]),
+            &[("rr", (&b.0[..], &b.1[..]))],
+            "rr",
+            Better::Lower,
+        )
+        .expect("placed");
         assert!((m.corrected_ratio - 1.0).abs() < 1e-9, "{m:?}");
         // 10% slower than rr once corrected: not placed.
         let a2 = [4.4, 7.4, 4.4];
         assert_eq!(
-            placed_in_machine((&a2[..], &a.1[..]), &[("rr", (&b.0[..], &b.1[..]))], "rr"),
+            placed_in_machine(
+                (&a2[..], &a.1[..]),
+                &[("rr", (&b.0[..], &b.1[..]))],
+                "rr",
+                Better::Lower
+            ),
             None
         );
         // Runs and floors of different lengths, or none: not placed.
         assert_eq!(
-            placed_in_machine((&a.0[..], &a.1[..2]), &[("rr", (&b.0[..], &b.1[..]))], "rr"),
+            placed_in_machine(
+                (&a.0[..], &a.1[..2]),
+                &[("rr", (&b.0[..], &b.1[..]))],
+                "rr",
+                Better::Lower
+            ),
             None
         );
-        assert_eq!(placed_in_machine((&[][..], &[][..]), &[], "rr"), None);
+        assert_eq!(
+            placed_in_machine((&[][..], &[][..]), &[], "rr", Better::Lower),
+            None
+        );
+        // Bandwidth: adaptive 20% lower in runs 2 and 3, where its plain TCP was 20% lower
+        // too: placed; 10% lower with the same floors as stripe: not.
+        let a = ([3.0, 2.4, 2.4], [2.0, 1.6, 1.6]);
+        let b = ([3.0, 3.0, 2.4], [2.0, 2.0, 1.6]);
+        let m = placed_in_machine(
+            (&a.0[..], &a.1[..]),
+            &[("stripe", (&b.0[..], &b.1[..]))],
+            "stripe",
+            Better::Higher,
+        )
+        .expect("placed");
+        assert!((m.corrected_ratio - 1.0).abs() < 1e-9, "{m:?}");
+        assert_eq!((m.adaptive_floor, m.best_floor), (1.6, 2.0));
+        let a2 = [2.7, 2.7, 2.16];
+        let placed = placed_in_machine(
+            (&a2[..], &b.1[..]),
+            &[("stripe", (&b.0[..], &b.1[..]))],
+            "stripe",
+            Better::Higher,
+        );
+        assert_eq!(placed, None);
     }
 
     #[test]

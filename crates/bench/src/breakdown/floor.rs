@@ -98,6 +98,81 @@ pub fn tcp_pingpong(
     Ok(rtts)
 }
 
+/// OSU's bandwidth method over plain TCP: `iters` times, a window of `window` writes of `size`
+/// bytes each, one way (the initiator writes, the other side reads the window and answers one
+/// byte) or both ways at once (`both`: each side writes its window and reads the other's).
+/// Busy-polling nonblocking sockets. The initiator's figure in MB/s (both directions' bytes
+/// for `both`); the other side gets 0.
+pub fn tcp_window(
+    s: &mut TcpStream,
+    initiator: bool,
+    size: usize,
+    window: usize,
+    iters: u32,
+    both: bool,
+) -> Result<f64, String> {
+    let e = |e: std::io::Error| format!("raw window: {e}");
+    s.set_nodelay(true).map_err(e)?;
+    s.set_nonblocking(true).map_err(e)?;
+    let size = size.max(1);
+    let msg = vec![0x5au8; size];
+    let per_window = size * window;
+    let mut rbuf = vec![0u8; per_window.min(1 << 20)];
+    let sends = both || initiator;
+    let recvs = both || !initiator;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        let (mut sent, mut got, mut off) = (0usize, 0usize, 0usize);
+        let mut last = Instant::now();
+        while (sends && sent < per_window) || (recvs && got < per_window) {
+            let mut moved = false;
+            if sends && sent < per_window {
+                match s.write(&msg[off..]) {
+                    Ok(k) => {
+                        sent += k;
+                        off = (off + k) % size;
+                        moved = k > 0;
+                    }
+                    Err(x)
+                        if matches!(x.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+                    Err(x) => return Err(e(x)),
+                }
+            }
+            if recvs && got < per_window {
+                let n = rbuf.len().min(per_window - got);
+                match s.read(&mut rbuf[..n]) {
+                    Ok(0) => return Err("raw window: the peer closed".into()),
+                    Ok(k) => {
+                        got += k;
+                        moved = true;
+                    }
+                    Err(x)
+                        if matches!(x.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+                    Err(x) => return Err(e(x)),
+                }
+            }
+            if moved {
+                last = Instant::now();
+            } else if last.elapsed() > PATIENCE {
+                return Err(stalled());
+            }
+        }
+        if !both {
+            let mut ack = [0u8; 1];
+            if initiator {
+                recv_all(s, &mut ack, true)?;
+            } else {
+                send_all(s, &ack).map_err(e)?;
+            }
+        }
+    }
+    if !initiator {
+        return Ok(0.0);
+    }
+    let bytes = (per_window * iters as usize) as f64 * if both { 2.0 } else { 1.0 };
+    Ok(bytes / t0.elapsed().as_secs_f64().max(1e-9) / 1e6)
+}
+
 fn send_all(s: &mut TcpStream, mut b: &[u8]) -> std::io::Result<()> {
     while !b.is_empty() {
         match s.write(b) {
