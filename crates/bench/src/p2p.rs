@@ -213,7 +213,7 @@ fn open_floor(e: &mut Engine, me: u32, peer: u32) -> Result<TcpStream, String> {
              (HX_TRANSPORTS=tcp gives rails on one host)"
         ));
     }
-    // A message each way connects the rails (on first use).
+    // The hello (and the port that answers it) connects the rails, on first use.
     let mut hello = [0u8; 2];
     if me == 0 {
         e.send(EP, peer, EP, TAG_FLOOR, &[]).map_err(err)?;

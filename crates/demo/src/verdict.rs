@@ -235,7 +235,7 @@ pub fn judge_runs(
     }
 }
 
-/// One policy's runs at a size and the floor of each (`hxcomm bench latency --floor`).
+/// One policy's runs at a size and the floor of each (`hxcomm bench ... --floor`).
 pub type Floored<'a> = (&'a [f64], &'a [f64]);
 
 /// For a miss: whether the plain TCP floors of the same jobs explain it ([`Machine`]). Each
