@@ -27,9 +27,9 @@ pub struct Segment {
     /// Untimed iterations of the segment's first size, if more than `warmup` (`--warmup-first`).
     pub warmup_first: Option<u32>,
     /// `--floor`: the plain TCP figure of the same process pair around each size, which says
-    /// what speed the machine was at (verdict::placed_in_machine): on the 1 Gbit/s rails (for
-    /// bw and bibw `hxcomm bench` measures it up to 256 B); not on rails without a rate limit,
-    /// whose sizes (64 KiB-4 MiB) have none.
+    /// what speed the machine was at (verdict::placed_in_machine): every latency segment, and
+    /// the bandwidth segments that start at 1 B (`hxcomm bench` measures a bandwidth floor up
+    /// to 256 B only); none on rails without a rate limit (64 KiB-4 MiB).
     pub floor: bool,
 }
 
@@ -80,23 +80,25 @@ pub fn segments(bench: Bench, quick: bool) -> Vec<Segment> {
         warmup,
         window,
         warmup_first: None,
-        floor: true,
+        floor: bench == Bench::Latency,
     };
+    // Bandwidth has a floor up to 256 B: the segments that start at 1 B ask for it.
+    let small = |s: Segment| Segment { floor: true, ..s };
     match (bench, quick) {
         (Bench::Latency, false) => vec![seg("1:4k", 1000, 100, 1), seg("8k:64k", 200, 20, 1)],
         (Bench::Latency, true) => vec![seg("1:4k", 50, 5, 1)],
         (_, false) => vec![
-            Segment {
+            small(Segment {
                 warmup_first: Some(BANDWIDTH_WARMUP_FIRST),
                 ..seg("1:4k", 32, 4, 64)
-            },
+            }),
             seg("8k:16k", 8, 2, 64),
             seg("32k:64k", 2, 1, 64),
             seg("128k:256k", 1, 1, 64),
             seg("512k", 1, 1, 16),
             seg("1M:4M", 1, 1, 8),
         ],
-        (_, true) => vec![seg("1:64k", 3, 1, 16), seg("4M:4M", 2, 1, 4)],
+        (_, true) => vec![small(seg("1:64k", 3, 1, 16)), seg("4M:4M", 2, 1, 4)],
     }
 }
 
@@ -190,7 +192,7 @@ mod tests {
         assert_eq!(
             a,
             "run -n 2 --net --name hxd --env HX_RAILS=r0,r1 --policy stripe --timeout 90 -- \
-             /x/hxcomm bench bw --sizes 1M:4M --iterations 1 --warmup 1 --window 8 --floor --json"
+             /x/hxcomm bench bw --sizes 1M:4M --iterations 1 --warmup 1 --window 8 --json"
         );
     }
 
@@ -216,10 +218,14 @@ mod tests {
     }
 
     #[test]
-    fn jobs_on_rate_limited_rails_measure_their_floor() {
+    fn floors_where_they_are_measured() {
         for quick in [false, true] {
-            for b in [Bench::Latency, Bench::Bw, Bench::Bibw] {
-                assert!(segments(b, quick).iter().all(|s| s.floor));
+            assert!(segments(Bench::Latency, quick).iter().all(|s| s.floor));
+            for b in [Bench::Bw, Bench::Bibw] {
+                // Only the segment from 1 B: the bandwidth floor stops at 256 B.
+                let floors: Vec<bool> = segments(b, quick).iter().map(|s| s.floor).collect();
+                assert!(floors[0] && floors[1..].iter().all(|f| !f), "{floors:?}");
+                assert!(segments(b, quick)[0].sizes.starts_with("1:"));
                 assert!(unlimited_segments(b, quick).iter().all(|s| !s.floor));
             }
         }
