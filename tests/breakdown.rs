@@ -20,31 +20,19 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs the breakdown under `hxcomm run` with `run_args` and returns its JSON lines.
 fn breakdown(run_args: &[&str]) -> Vec<Value> {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let out = Command::new(hxcomm())
-        .args(["run", "-n", "2", "--timeout", "120"])
-        .args(run_args)
-        .arg("--")
-        .arg(hxcomm())
-        .args([
-            "bench",
+    let (ok, text) = bench(
+        run_args,
+        &[
             "breakdown",
             "--iterations",
             "300",
             "--warmup",
             "50",
             "--json",
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
+        ],
+    );
+    assert!(ok, "{text}");
+    json_lines(&text)
 }
 
 fn check_parts(l: &Value, what: &str, want: &[&str]) {
