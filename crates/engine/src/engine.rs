@@ -46,6 +46,12 @@ const HOUSEKEEPING: Duration = Duration::from_millis(50);
 const SPIN_READ_LINKS: usize = 2;
 /// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
 const BULK_SLEEP: usize = 256 * 1024;
+/// Bytes of direct copies (rendezvous messages written straight into a receiver's memory on
+/// this host) one flush makes, at least one message: a round then reads what came before the
+/// next, so two ranks sending to each other answer each other's requests between copies
+/// instead of after all of theirs (Open MPI's two-way 4 MiB over the provider on one host went
+/// from 0.6-0.75x vader to on par with it).
+const DIRECT_COPY_BUDGET: usize = 1 << 20;
 /// While much bulk data is queued, rail sockets hold up to this many times HX_NOTSENT_LOWAT
 /// unsent (1 MiB by default): a sender sleeping on a wire-limited rail then wakes once per
 /// ~0.5-1 MiB drained, as a blocking writer (iperf3) does, instead of once per ~128 KiB.
@@ -1277,6 +1283,11 @@ impl Engine {
     /// already there it is handled, and the fd is made readable at once, since that may have
     /// finished a request the caller is about to wait for.
     pub fn arm_for_wait(&mut self) -> Result<(), Error> {
+        if self.core.direct_pending() {
+            // Copies still wait for their turn: the caller must come back at once.
+            let _ = self.kick.write(1);
+            return Ok(());
+        }
         if self.polled.is_empty() || self.arm_polled() {
             return Ok(());
         }
@@ -1358,6 +1369,10 @@ impl Engine {
     /// Returns how many things happened (events, and reads on polled links).
     fn progress_once(&mut self, mut timeout_ms: i32) -> Result<usize, Error> {
         let mut work = 0;
+        if self.core.direct_pending() {
+            // Copies wait for their turn (flush_dirty_peers): no sleeping before they are made.
+            timeout_ms = 0;
+        }
         if timeout_ms == 0 && self.polled.is_empty() && self.sockets.len() <= SPIN_READ_LINKS {
             // Spinning on a socket or two: read them directly. The data comes with the syscall
             // that notices it, where epoll_wait and then recv took two (~0.5 us a message);
@@ -1374,7 +1389,7 @@ impl Engine {
                 .iter()
                 .any(|&(p, r)| self.peers[p as usize].rails[r].blocked);
             if !self.sockets.is_empty() && !blocked && !self.spins.is_multiple_of(16) {
-                self.flush_dirty();
+                work += self.flush_dirty();
                 return Ok(work);
             }
         }
@@ -1403,7 +1418,7 @@ impl Engine {
             self.spins = self.spins.wrapping_add(1);
             // While spinning on shared memory, look at the sockets only every few rounds.
             if timeout_ms == 0 && !self.spins.is_multiple_of(64) {
-                self.flush_dirty();
+                work += self.flush_dirty();
                 return Ok(work);
             }
         }
@@ -1477,20 +1492,23 @@ impl Engine {
                 self.shm_slot_freed();
             }
         }
-        self.flush_dirty();
+        work += self.flush_dirty();
         Ok(n + work)
     }
 
-    /// Copies rendezvous messages straight into the memory of receivers on this host.
-    fn direct_copies(&mut self) {
-        while let Some(w) = self.core.take_direct() {
+    /// Copies the next rendezvous message waiting for it straight into the memory of its
+    /// receiver on this host; returns its length (`None`: nothing waits).
+    fn direct_copy(&mut self) -> Option<usize> {
+        let w = self.core.take_direct()?;
+        let len = w.len;
+        {
             let pid = self.peers[w.peer as usize].pid as libc::pid_t;
             let src = self.core.direct_source(&w);
             if pid == 0 || src.len() != w.len {
                 // No link's peer to copy into, or a stale request (its source is gone): the
                 // data frames path sorts it out.
                 self.core.direct_done(w, false);
-                continue;
+                return Some(len);
             }
             let mut done = 0;
             let mut err = None;
@@ -1526,19 +1544,41 @@ impl Engine {
             }
             self.core.direct_done(w, done == w.len);
         }
+        Some(len)
     }
 
+    /// Writes what is queued, and makes direct copies (at least one, up to
+    /// [`DIRECT_COPY_BUDGET`] bytes); returns how many copies it made.
     #[inline]
-    fn flush_dirty(&mut self) {
+    fn flush_dirty(&mut self) -> usize {
         // The common case of a spinning round and of a small message's path: nothing to write
         // (checked before the call, whose prologue alone costs more than the check).
         if !self.dirty.is_empty() || self.core.has_tx_work() {
-            self.flush_dirty_peers();
+            return self.flush_dirty_peers();
         }
+        0
     }
 
-    fn flush_dirty_peers(&mut self) {
-        self.direct_copies();
+    fn flush_dirty_peers(&mut self) -> usize {
+        // Frames before copies: a clear-to-send queued this round lets the peer start its own
+        // copies while we make ours (two ways at once, each side copies into the other), and
+        // each copy's FIN leaves as soon as that copy is done. The rest of the copies wait for
+        // the next round, which reads what came meanwhile first.
+        self.flush_frames();
+        let mut copies = 0;
+        let mut copied = 0;
+        while copied < DIRECT_COPY_BUDGET {
+            let Some(n) = self.direct_copy() else {
+                break;
+            };
+            copies += 1;
+            copied += n;
+            self.flush_frames();
+        }
+        copies
+    }
+
+    fn flush_frames(&mut self) {
         let mut dirty = std::mem::take(&mut self.dirty);
         self.core.take_dirty(&mut dirty);
         dirty.sort_unstable();

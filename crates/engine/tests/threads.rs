@@ -172,6 +172,42 @@ fn shared_memory_between_threads_of_one_host() {
     });
 }
 
+/// Both ranks send each other a window of large messages at once over shared memory: each
+/// side copies straight into the other's buffers a bounded amount per round and answers the
+/// other's requests in between (flush_dirty_peers); every byte arrives, in order per tag.
+#[test]
+fn two_ways_windows_of_large_messages_over_shared_memory() {
+    let mut s = settings(Policy::Adaptive, 1);
+    s.shm = true;
+    job(2, s, |e| {
+        e.open_endpoint(0).unwrap();
+        let me = e.rank();
+        let peer = 1 - me;
+        let (n, len) = (12u64, 3 << 20);
+        for round in 0..2u64 {
+            let recvs: Vec<_> = (0..n)
+                .map(|t| e.irecv(0, Some(peer), Some(t), vec![0; len]).unwrap())
+                .collect();
+            let sends: Vec<_> = (0..n)
+                .map(|t| {
+                    let data = pattern(1 + me as u64 * 1000 + round * 100 + t, len);
+                    e.isend(0, peer, 0, t, data).unwrap()
+                })
+                .collect();
+            for (t, r) in recvs.into_iter().enumerate() {
+                let (st, buf) = e.wait_owned(r).unwrap();
+                assert_eq!((st.source, st.tag, st.len), (peer, t as u64, len));
+                let want = pattern(1 + peer as u64 * 1000 + round * 100 + t as u64, len);
+                assert!(
+                    buf.unwrap() == want,
+                    "message {t} of round {round} corrupted"
+                );
+            }
+            e.wait_all(&sends).unwrap();
+        }
+    });
+}
+
 /// A rank that only receives over shared memory in a tight loop (each receive taken by the
 /// engine's express path, which spins on the rings and makes no other round) still accepts a
 /// third rank's connection, so that rank's blocking send completes and the loop can end.

@@ -898,6 +898,11 @@ impl<B: Buffer> Core<B> {
     }
 
     /// The next direct copy the driver should make.
+    /// Does a direct copy wait for the driver ([`take_direct`](Self::take_direct))?
+    pub fn direct_pending(&self) -> bool {
+        !self.direct_q.is_empty()
+    }
+
     pub fn take_direct(&mut self) -> Option<DirectWrite> {
         self.direct_q.pop_front()
     }
