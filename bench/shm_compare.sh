@@ -2,8 +2,9 @@
 # Shared-memory comparison on one host (issue 4 targets), all in one run, RUNS rounds (default 5),
 # medians reported:
 #   hxcomm (2 ranks, shared memory: the default), hxcomm over loopback TCP (HX_TRANSPORTS=tcp),
-#   Open MPI (btl vader,self), MPICH (its intra-node shared-memory path), each running
-#   latency 8 B, bw and bibw 4 MiB (window 64, OSU method: one buffer per direction);
+#   Open MPI (btl vader,self), Open MPI over the hxcomm provider (pml cm, mtl ofi), MPICH (its
+#   intra-node shared-memory path), each running latency 8 B, bw and bibw 4 MiB (window 64, OSU
+#   method: one buffer per direction), and bw 8 B (window 64: the message rate);
 #   hxcomm bw 4 MiB --validate (distinct buffers per window slot, every byte filled and checked);
 #   the raw floor: a two-process cache-line ping-pong (bench/cacheline_pingpong.c, pinned);
 #   single-core memcpy of 4 MiB buffers, hot (same buffers) and cold (32 distinct pairs).
@@ -24,7 +25,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 LAT="--sizes 8:8 --iterations 100000 --warmup 10000"
 BW="--sizes 4M:4M --iterations 40 --warmup 4 --window 64"
 BIBW="--sizes 4M:4M --iterations 20 --warmup 2 --window 64"
-MPITESTS="latency:8:100000:10000 bw:4194304:40:4:64 bibw:4194304:20:2:64"
+RATE="--sizes 8:8 --iterations 4000 --warmup 400 --window 64"
+MPITESTS="latency:8:100000:10000 bw:4194304:40:4:64 bibw:4194304:20:2:64 bw:8:4000:400:64"
 echo "shm_compare: $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), $runs rounds, raw output in $out" >&2
 [ -n "${SUMMARY_ONLY:-}" ] && runs=0
 for i in $(seq 1 "$runs"); do
@@ -32,7 +34,7 @@ for i in $(seq 1 "$runs"); do
   "$out/cacheline_pingpong" 300000 3 1 >> "$out/cacheline.txt"
   "$out/cacheline_pingpong" 300000 1 0 >> "$out/cacheline_unpinned.txt"
   "$out/memcpy_bw" 4194304 0.5 1 32 >> "$out/memcpy.txt"
-  for t in "latency $LAT" "bw $BW" "bibw $BIBW"; do
+  for t in "latency $LAT" "bw $BW" "bibw $BIBW" "bw $RATE"; do
     set -- $t
     k=$1; shift
     $B run -n 2 --timeout 300 -- $B bench $k "$@" --json >> "$out/hx_shm.txt"
@@ -43,6 +45,10 @@ for i in $(seq 1 "$runs"); do
   $B run -n 2 --timeout 300 --env HX_TRANSPORTS=tcp -- $B bench bw $VAL >> "$out/hx_tcp_validate.txt"
   mpirun.openmpi --allow-run-as-root -np 2 --bind-to none --mca btl vader,self \
     "$out/osu_ompi" $MPITESTS >> "$out/ompi.txt" 2>> "$out/ompi.err" || echo "open mpi failed (round $i)" >&2
+  mpirun.openmpi --allow-run-as-root -np 2 --bind-to none --mca pml cm --mca mtl ofi \
+    --mca mtl_ofi_provider_include hxcomm -x FI_PROVIDER_PATH="$PWD/target/release" \
+    "$out/osu_ompi" $MPITESTS >> "$out/ompi_hx.txt" 2>> "$out/ompi_hx.err" \
+    || echo "open mpi + hxcomm failed (round $i)" >&2
   mpiexec.mpich -n 2 "$out/osu_mpich" $MPITESTS >> "$out/mpich.txt" 2>> "$out/mpich.err" \
     || echo "mpich failed (round $i)" >&2
 done
@@ -50,23 +56,26 @@ python3 - "$out" <<'PY'
 import json, re, statistics, sys
 d = sys.argv[1]
 def med(v): return statistics.median(v) if v else None
+# bw of 8 B messages is the message rate, kept apart from bw 4 MiB as "rate".
+def key(bench, nbytes): return "rate" if bench == "bw" and int(nbytes) == 8 else bench
 def hx(f, bench):
-    r = {"latency": [], "bw": [], "bibw": []}
+    r = {"latency": [], "bw": [], "bibw": [], "rate": []}
     for l in open(f"{d}/{f}"):
         if '"bench"' in l:
             j = json.loads(l)
-            r[j["bench"]].append(j["usec"] if j["bench"] == "latency" else j["mb_per_s"])
+            r[key(j["bench"], j["bytes"])].append(j["usec"] if j["bench"] == "latency" else j["mb_per_s"])
     return r
 def mpi(f):
-    r = {"latency": [], "bw": [], "bibw": []}
+    r = {"latency": [], "bw": [], "bibw": [], "rate": []}
     try:
         for l in open(f"{d}/{f}"):
             m = dict(kv.split("=", 1) for kv in l.split()[1:]) if l.startswith("MPI_OSU") else None
-            if m: r[m["bench"]].append(float(m["usec"]) if m["bench"] == "latency" else float(m["mb_per_s"]))
+            if m: r[key(m["bench"], m["bytes"])].append(float(m["usec"]) if m["bench"] == "latency" else float(m["mb_per_s"]))
     except FileNotFoundError: pass
     return r
 tools = {"hxcomm shm": hx("hx_shm.txt", None), "hxcomm loopback TCP": hx("hx_tcp.txt", None),
-         "Open MPI vader": mpi("ompi.txt"), "MPICH": mpi("mpich.txt")}
+         "Open MPI vader": mpi("ompi.txt"), "Open MPI + hxcomm": mpi("ompi_hx.txt"),
+         "MPICH": mpi("mpich.txt")}
 val = [json.loads(l)["mb_per_s"] for l in open(f"{d}/hx_shm_validate.txt") if '"bench"' in l]
 valt = [json.loads(l)["mb_per_s"] for l in open(f"{d}/hx_tcp_validate.txt") if '"bench"' in l]
 clu = [float(m) for m in re.findall(r"run=\d+ iters=\d+ oneway_ns=([\d.]+)", open(f"{d}/cacheline_unpinned.txt").read())]
@@ -79,23 +88,24 @@ om = {k: med(v) for k, v in tools["Open MPI vader"].items()}
 mp = {k: med(v) for k, v in tools["MPICH"].items()}
 def f(x, p): return "-" if x is None else f"{x:.{p}f}"
 def ratio(a, b): return "-" if a is None or b is None else f"{a / b:.2f}x"
-print("| tool | latency 8 B, us | x floor | x Open MPI | bw 4 MiB, MB/s | % memcpy (hot) | x Open MPI | x MPICH | bibw 4 MiB, MB/s | x Open MPI |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| tool | latency 8 B, us | x floor | x Open MPI | bw 4 MiB, MB/s | % memcpy (hot) | x Open MPI | x MPICH | bibw 4 MiB, MB/s | x Open MPI | bw 8 B, MB/s (rate) | x Open MPI |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, r in tools.items():
-    lat, bw, bibw = med(r["latency"]), med(r["bw"]), med(r["bibw"])
+    lat, bw, bibw, rate = med(r["latency"]), med(r["bw"]), med(r["bibw"]), med(r["rate"])
     print(f"| {name} | {f(lat, 3)} | {ratio(lat, floor_us)} | {ratio(lat, om['latency'])} | {f(bw, 0)} | "
-          f"{'-' if bw is None else f'{100 * bw / hot_mb:.1f}%'} | {ratio(bw, om['bw'])} | {ratio(bw, mp['bw'])} | {f(bibw, 0)} | {ratio(bibw, om['bibw'])} |")
+          f"{'-' if bw is None else f'{100 * bw / hot_mb:.1f}%'} | {ratio(bw, om['bw'])} | {ratio(bw, mp['bw'])} | {f(bibw, 0)} | {ratio(bibw, om['bibw'])} | "
+          f"{f(rate, 1)} | {ratio(rate, om['rate'])} |")
 v = med(val)
-print(f"| hxcomm shm, bw --validate | - | - | - | {f(v, 0)} | {100 * v / cold_mb:.1f}% of cold memcpy | - | - | - | - |")
+print(f"| hxcomm shm, bw --validate | - | - | - | {f(v, 0)} | {100 * v / cold_mb:.1f}% of cold memcpy | - | - | - | - | - | - |")
 v = med(valt)
-print(f"| hxcomm loopback TCP, bw --validate | - | - | - | {f(v, 0)} | {100 * v / cold_mb:.1f}% of cold memcpy | - | - | - | - |")
-print(f"| raw floor: cache-line ping-pong (pinned) | {floor_us:.3f} | 1.00x | {ratio(floor_us, om['latency'])} | - | - | - | - | - | - |")
-print(f"| cache-line ping-pong, unpinned | {med(clu) / 1000:.3f} | {med(clu) / 1000 / floor_us:.2f}x | {ratio(med(clu) / 1000, om['latency'])} | - | - | - | - | - | - |")
-print(f"| memcpy 4 MiB, one core, hot / cold | - | - | - | {hot_mb:.0f} / {cold_mb:.0f} | 100% | - | - | - | - |")
+print(f"| hxcomm loopback TCP, bw --validate | - | - | - | {f(v, 0)} | {100 * v / cold_mb:.1f}% of cold memcpy | - | - | - | - | - | - |")
+print(f"| raw floor: cache-line ping-pong (pinned) | {floor_us:.3f} | 1.00x | {ratio(floor_us, om['latency'])} | - | - | - | - | - | - | - | - |")
+print(f"| cache-line ping-pong, unpinned | {med(clu) / 1000:.3f} | {med(clu) / 1000 / floor_us:.2f}x | {ratio(med(clu) / 1000, om['latency'])} | - | - | - | - | - | - | - | - |")
+print(f"| memcpy 4 MiB, one core, hot / cold | - | - | - | {hot_mb:.0f} / {cold_mb:.0f} | 100% | - | - | - | - | - | - |")
 print()
 print("per-round values (run order):")
 for name, r in tools.items():
-    print(f"  {name}: latency {r['latency']} bw {r['bw']} bibw {r['bibw']}")
+    print(f"  {name}: latency {r['latency']} bw {r['bw']} bibw {r['bibw']} rate {r['rate']}")
 print(f"  hxcomm shm bw --validate: {val}")
 print(f"  hxcomm loopback TCP bw --validate: {valt}")
 print(f"  cache-line one-way ns: pinned {cl} (min {min(cl)}), unpinned {clu}")
@@ -112,6 +122,10 @@ for lbl, v in [("latency hxcomm / Open MPI", rr(hl, ol)), ("latency hxcomm / MPI
                ("bw hxcomm / Open MPI", rr(tools["hxcomm shm"]["bw"], tools["Open MPI vader"]["bw"])),
                ("bw hxcomm / memcpy hot", rr(tools["hxcomm shm"]["bw"], [h * 1000 for h in hot])),
                ("bw Open MPI / memcpy hot", rr(tools["Open MPI vader"]["bw"], [h * 1000 for h in hot])),
-               ("bibw hxcomm / Open MPI", rr(tools["hxcomm shm"]["bibw"], tools["Open MPI vader"]["bibw"]))]:
+               ("bibw hxcomm / Open MPI", rr(tools["hxcomm shm"]["bibw"], tools["Open MPI vader"]["bibw"])),
+               ("rate hxcomm / Open MPI", rr(tools["hxcomm shm"]["rate"], tools["Open MPI vader"]["rate"])),
+               ("latency Open MPI + hxcomm / vader", rr(tools["Open MPI + hxcomm"]["latency"], ol)),
+               ("bw Open MPI + hxcomm / vader", rr(tools["Open MPI + hxcomm"]["bw"], tools["Open MPI vader"]["bw"])),
+               ("rate Open MPI + hxcomm / vader", rr(tools["Open MPI + hxcomm"]["rate"], tools["Open MPI vader"]["rate"]))]:
     print(f"  {lbl}: {v} -> {med(v):.2f}x")
 PY
