@@ -830,6 +830,8 @@ impl<B: Buffer> Core<B> {
         p.rdv_recv.clear();
         p.direct_granted.clear();
         let held: Vec<Handle> = std::mem::take(&mut p.reorder).into_values().collect();
+        // Copies not made yet: their sends fail below.
+        self.direct_q.retain(|w| w.peer != peer);
         for u in held {
             self.free_unexp(u);
         }
@@ -929,6 +931,15 @@ impl<B: Buffer> Core<B> {
     /// The driver made (`ok`) or could not make a direct copy. Done: tell the receiver and
     /// complete the send. Not done: send the data through the link instead.
     pub fn direct_done(&mut self, w: DirectWrite, ok: bool) {
+        // The peer failed (or the send was otherwise finished) since the copy was handed out:
+        // its request already has its outcome.
+        let pending = self
+            .reqs
+            .get(w.req)
+            .is_some_and(|r| r.completion == Completion::Pending);
+        if !pending || self.peers[w.peer as usize].failed.is_some() {
+            return;
+        }
         if !ok {
             self.peers[w.peer as usize].direct = false;
             self.start_data_frames(w.peer, w.req, w.seq);

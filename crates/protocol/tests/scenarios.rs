@@ -641,6 +641,50 @@ fn a_fin_without_a_granted_direct_copy_is_refused() {
     }
 }
 
+/// A peer that fails while a direct copy to it waits for the driver (the engine makes a
+/// bounded amount of copies per round, so one can wait across rounds): the copy is dropped and
+/// its send fails; a copy already handed out and reported afterwards leaves the failure as it
+/// is and is not reported finished twice.
+#[test]
+fn a_direct_copy_to_a_peer_that_failed_meanwhile_is_not_reported_done() {
+    use hx_protocol::Core;
+    use hx_wire::{FrameHeader, FrameKind};
+
+    for handed_out in [false, true] {
+        let mut core: Core<Vec<u8>> = Core::new(1, 2, Config::default());
+        core.set_rails(0, 1);
+        core.set_direct(0, true);
+        core.track_finished();
+        let len = 1 << 20;
+        let send = core.send(0, 0, 0, 9, vec![3u8; len]).unwrap();
+        // The receiver's clear-to-send, offering its buffer for a direct copy.
+        let mut cts = FrameHeader::new(FrameKind::Cts);
+        cts.seq = 0;
+        cts.flags = hx_wire::FLAG_DIRECT;
+        cts.value = 0x7000_0000;
+        cts.tag = len as u64;
+        let bytes = cts.to_bytes();
+        let space = core.rx_space(0, 0);
+        space[..bytes.len()].copy_from_slice(&bytes);
+        core.rx_done(0, 0, bytes.len()).unwrap();
+        assert!(core.direct_pending(), "the CTS queued a direct copy");
+        let w = if handed_out { core.take_direct() } else { None };
+        core.fail_peer(0, "gone");
+        assert!(!core.direct_pending() && core.take_direct().is_none());
+        if let Some(w) = w {
+            core.direct_done(w, true);
+        }
+        assert!(
+            matches!(core.poll(send), Some(Completion::Failed(_))),
+            "handed out {handed_out}: {:?}",
+            core.poll(send)
+        );
+        let mut finished = Vec::new();
+        core.take_finished(&mut finished);
+        assert_eq!(finished, vec![send], "handed out {handed_out}");
+    }
+}
+
 /// A detached send (fi_inject's copy) is delivered like any other but never reported: the
 /// finished list does not name it and its request is freed, whether it finished before or
 /// after it was detached; without tracking, detach refuses and changes nothing.
