@@ -899,12 +899,17 @@ impl<B: Buffer> Core<B> {
         self.peers[peer as usize].lossless = on;
     }
 
-    /// The next direct copy the driver should make.
     /// Does a direct copy wait for the driver ([`take_direct`](Self::take_direct))?
     pub fn direct_pending(&self) -> bool {
         !self.direct_q.is_empty()
     }
 
+    /// Does a direct copy to `peer` wait for the driver?
+    pub fn direct_pending_to(&self, peer: Rank) -> bool {
+        self.direct_q.iter().any(|w| w.peer == peer)
+    }
+
+    /// The next direct copy the driver should make.
     pub fn take_direct(&mut self) -> Option<DirectWrite> {
         self.direct_q.pop_front()
     }
