@@ -126,6 +126,7 @@ for lbl, v in [("latency hxcomm / Open MPI", rr(hl, ol)), ("latency hxcomm / MPI
                ("rate hxcomm / Open MPI", rr(tools["hxcomm shm"]["rate"], tools["Open MPI vader"]["rate"])),
                ("latency Open MPI + hxcomm / vader", rr(tools["Open MPI + hxcomm"]["latency"], ol)),
                ("bw Open MPI + hxcomm / vader", rr(tools["Open MPI + hxcomm"]["bw"], tools["Open MPI vader"]["bw"])),
+               ("bibw Open MPI + hxcomm / vader", rr(tools["Open MPI + hxcomm"]["bibw"], tools["Open MPI vader"]["bibw"])),
                ("rate Open MPI + hxcomm / vader", rr(tools["Open MPI + hxcomm"]["rate"], tools["Open MPI vader"]["rate"]))]:
     print(f"  {lbl}: {v} -> {med(v):.2f}x")
 PY
