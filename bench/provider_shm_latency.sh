@@ -7,7 +7,9 @@
 #   sudo RUNS=5 bash bench/provider_shm_latency.sh [label:dir ...]
 #
 # Each dir holds a libhxcomm_fi.so (default: now:target/release). SIZE (default 8) and ITERS
-# (default 50000) set the message. Takes /tmp/hxcomm-bench.lock and /tmp/hxcomm-cargo.lock
+# (default 50000) set the message; TEST replaces the whole bench/mpi_osu.c test (e.g.
+# TEST=bibw:4194304:20:2:64 BIND=none: two ways, MB/s, as BENCHMARKS.md's "Two ways through
+# the provider" measured it), BIND the ranks' binding (default core). Takes /tmp/hxcomm-bench.lock and /tmp/hxcomm-cargo.lock
 # (no build may run beside it on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,21 +24,25 @@ exec 9>/tmp/hxcomm-bench.lock
 flock 9
 exec 8>/tmp/hxcomm-cargo.lock
 flock 8
-test="latency:$SIZE:$ITERS:1000"
-usec() { grep -o "usec=[0-9.]*" | cut -d= -f2; }
+test=${TEST:-latency:$SIZE:$ITERS:1000}
+BIND=${BIND:-core}
+field=usec unit=us
+case $test in latency:*) ;; *) field=mb_per_s unit=MB/s ;; esac
+usec() { grep -o "$field=[0-9.]*" | cut -d= -f2; }
 for i in $(seq "$RUNS"); do
-  v=$(mpirun.openmpi -np 2 --bind-to core --mca pml ob1 --mca btl vader,self "$out/osu" "$test" 2>/dev/null | usec)
+  v=$(mpirun.openmpi -np 2 --bind-to "$BIND" --mca pml ob1 --mca btl vader,self "$out/osu" "$test" 2>/dev/null | usec)
   echo "vader ${v:-nan}"
   for c in "$@"; do
     label=${c%%:*}
     dir=$(realpath "${c#*:}")
-    v=$(timeout 120 mpirun.openmpi -np 2 --bind-to core --mca pml cm --mca mtl ofi \
+    v=$(timeout 120 mpirun.openmpi -np 2 --bind-to "$BIND" --mca pml cm --mca mtl ofi \
       --mca mtl_ofi_provider_include hxcomm -x FI_PROVIDER_PATH="$dir" "$out/osu" "$test" \
       2>/dev/null | usec)
     echo "$label ${v:-nan}"
   done
-done | tee "$out/raw.txt" | python3 -c '
-import statistics, sys
+done | tee "$out/raw.txt" | UNIT=$unit python3 -c '
+import os, statistics, sys
+unit = os.environ["UNIT"]
 runs = {}
 for line in sys.stdin:
     k, v = line.split()
@@ -44,6 +50,7 @@ for line in sys.stdin:
 base = statistics.median(runs["vader"])
 for k, v in runs.items():
     m = statistics.median(v)
-    print(f"{k:12} median {m:.3f} us  {m / base:.2f}x vader  per round: {v}")
+    per_round = statistics.median(x / y for x, y in zip(v, runs["vader"]))
+    print(f"{k:12} median {m:.3f} {unit}  {m / base:.2f}x vader (per round {per_round:.2f}x)  per round: {v}")
 '
 echo "raw output in $out"
