@@ -936,13 +936,13 @@ impl<B: Buffer> Core<B> {
     /// The driver made (`ok`) or could not make a direct copy. Done: tell the receiver and
     /// complete the send. Not done: send the data through the link instead.
     pub fn direct_done(&mut self, w: DirectWrite, ok: bool) {
-        // The peer failed (or the send was otherwise finished) since the copy was handed out:
-        // its request already has its outcome.
+        // The peer failed since the copy was handed out (fail_peer failed the send): the
+        // request already has its outcome.
         let pending = self
             .reqs
             .get(w.req)
             .is_some_and(|r| r.completion == Completion::Pending);
-        if !pending || self.peers[w.peer as usize].failed.is_some() {
+        if !pending {
             return;
         }
         if !ok {
