@@ -568,7 +568,7 @@ mod tests {
         })
         .unwrap();
         CqShared::new(
-            DomainShared::new(Box::new(b), fi_version(1, 17)),
+            DomainShared::new(Box::new(b), fi_version(1, 17), false),
             format,
             FI_WAIT_FD,
         )
@@ -702,7 +702,7 @@ mod tests {
         })
         .unwrap();
         let c = CqShared::new(
-            DomainShared::new(Box::new(b), fi_version(1, 4)),
+            DomainShared::new(Box::new(b), fi_version(1, 4), false),
             FI_CQ_FORMAT_TAGGED,
             FI_WAIT_FD,
         )

@@ -10,9 +10,10 @@ use crate::sys::*;
 use crate::util::*;
 use libc::{c_int, c_void};
 use rustc_hash::FxHashMap as HashMap;
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 #[repr(C)]
 pub struct DomainObj {
@@ -24,7 +25,7 @@ pub struct DomainObj {
 }
 
 pub struct DomainShared {
-    pub state: Mutex<DomainState>,
+    pub state: StateLock,
     pub wait_fd: i32,
     pub max_msg: usize,
     /// The application's API version (err_data rules of fi_cq_readerr depend on it).
@@ -129,6 +130,92 @@ impl PendingMap {
     }
 }
 
+/// The domain's state behind the lock its threading model asks for. Under FI_THREAD_SAFE, a
+/// mutex. Under FI_THREAD_DOMAIN (what Open MPI asks for unless MPI_THREAD_MULTIPLE) the
+/// application serializes every call on the domain's objects, so no lock is needed: the
+/// mutex's two atomic read-modify-writes per call were six on each message's one-way path
+/// through Open MPI (send, the read that serves the receive, the read that finds nothing).
+/// What remains is a check with plain loads and stores: a call that finds the state in use
+/// (an application breaking its promise) says so once and waits for it, best effort.
+pub struct StateLock {
+    mutex: Mutex<()>,
+    serial: bool,
+    busy: AtomicBool,
+    state: UnsafeCell<DomainState>,
+}
+
+// SAFETY: access to `state` goes through `lock`, exclusive under the mutex, or (FI_THREAD_DOMAIN)
+// by the application's serialization; DomainState is Send.
+unsafe impl Sync for StateLock {}
+
+pub struct StateGuard<'a> {
+    lock: &'a StateLock,
+    _held: Option<MutexGuard<'a, ()>>,
+}
+
+static THREAD_DOMAIN_BROKEN: AtomicBool = AtomicBool::new(false);
+
+impl StateLock {
+    fn new(state: DomainState, serial: bool) -> Self {
+        StateLock {
+            mutex: Mutex::new(()),
+            serial,
+            busy: AtomicBool::new(false),
+            state: UnsafeCell::new(state),
+        }
+    }
+
+    pub fn lock(&self) -> StateGuard<'_> {
+        if !self.serial {
+            return StateGuard {
+                lock: self,
+                _held: Some(lock(&self.mutex)),
+            };
+        }
+        if self.busy.load(Ordering::Acquire) {
+            if !THREAD_DOMAIN_BROKEN.swap(true, Ordering::Relaxed) {
+                warn(
+                    FI_LOG_DOMAIN,
+                    "two threads called into one FI_THREAD_DOMAIN domain at once: the \
+                     application must serialize its calls, or open the domain with \
+                     FI_THREAD_SAFE",
+                );
+            }
+            while self.busy.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+        }
+        self.busy.store(true, Ordering::Relaxed);
+        StateGuard {
+            lock: self,
+            _held: None,
+        }
+    }
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = DomainState;
+    fn deref(&self) -> &DomainState {
+        // SAFETY: see `StateLock`.
+        unsafe { &*self.lock.state.get() }
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut DomainState {
+        // SAFETY: see `StateLock`.
+        unsafe { &mut *self.lock.state.get() }
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if self.lock.serial {
+            self.lock.busy.store(false, Ordering::Release);
+        }
+    }
+}
+
 /// The last address an endpoint's operation looked up, under the domain lock
 /// ([`crate::ep`]'s `peer_locked`): valid while its AV's generation is `gen`.
 #[derive(Clone, Copy)]
@@ -148,18 +235,22 @@ pub struct DomainState {
 }
 
 impl DomainShared {
-    pub fn new(backend: Box<dyn Backend>, api_version: u32) -> Arc<Self> {
+    /// `serial`: the domain was opened with FI_THREAD_DOMAIN (see [`StateLock`]).
+    pub fn new(backend: Box<dyn Backend>, api_version: u32, serial: bool) -> Arc<Self> {
         Arc::new(DomainShared {
             wait_fd: backend.wait_fd(),
             max_msg: backend.max_msg_size(),
             api_version,
-            state: Mutex::new(DomainState {
-                backend,
-                av_cache: None,
-                pending: PendingMap::default(),
-                peer_refs: HashMap::default(),
-                scratch: Vec::new(),
-            }),
+            state: StateLock::new(
+                DomainState {
+                    backend,
+                    av_cache: None,
+                    pending: PendingMap::default(),
+                    peer_refs: HashMap::default(),
+                    scratch: Vec::new(),
+                },
+                serial,
+            ),
         })
     }
 
@@ -188,7 +279,7 @@ impl DomainShared {
         room: usize,
         mut emit: impl FnMut(usize, &CqFields, Option<(&AvShared, PeerId)>),
     ) -> Result<Drive, i32> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         let st = &mut *st;
         if delivered_last {
             // No poll right after a delivery; nothing to collect is the common case (Open MPI
@@ -243,7 +334,7 @@ impl DomainShared {
         &self,
         how: impl FnOnce(&mut dyn Backend, &mut Vec<Done>) -> Result<(), BackendError>,
     ) -> Result<(), i32> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         let st = &mut *st;
         let r = how(st.backend.as_mut(), &mut st.scratch);
         deliver_all(&mut st.pending, &mut st.scratch);
@@ -449,7 +540,11 @@ pub unsafe extern "C" fn hx_domain(
                 mr: ptr(&MR_OPS),
             },
             fabric: f,
-            d: DomainShared::new(backend, (*fabric).api_version),
+            d: DomainShared::new(
+                backend,
+                (*fabric).api_version,
+                da.is_some_and(|d| d.threading == FI_THREAD_DOMAIN),
+            ),
             children: AtomicUsize::new(0),
         });
         (&*f).domains.fetch_add(1, Ordering::AcqRel);
@@ -472,7 +567,7 @@ unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
         // domain: forget them, so that the domain, and with it the engine, really goes (and
         // says Bye to its peers) when this last handle does.
         let dom = Box::from_raw(d);
-        lock(&dom.d.state).pending.clear();
+        dom.d.state.lock().pending.clear();
         drop(dom);
         Ok(0)
     })
@@ -672,6 +767,46 @@ mod tests {
             flags: FI_RECV,
             report: Report::Always,
             ep: (context % 3) as u16,
+        }
+    }
+
+    fn domain(serial: bool) -> Arc<DomainShared> {
+        let b = crate::mock::MockBackend::new(&BackendConfig {
+            settings: vec![],
+            auth_key: None,
+        })
+        .unwrap();
+        DomainShared::new(Box::new(b), fi_version(1, 17), serial)
+    }
+
+    #[test]
+    fn both_locks_give_the_state_to_one_caller_at_a_time() {
+        for serial in [false, true] {
+            let d = domain(serial);
+            d.state.lock().pending.insert(1, pending(1));
+            // Released at the end of each statement: the next lock gets it.
+            assert_eq!(
+                d.state.lock().pending.remove(&1).map(|p| p.context),
+                Some(1)
+            );
+            // A second thread that calls while the state is held waits for it (under
+            // FI_THREAD_DOMAIN that breaks the application's promise: best effort, said once).
+            let held = d.state.lock();
+            let d2 = d.clone();
+            let t = std::thread::spawn(move || {
+                d2.state.lock().pending.insert(2, pending(2));
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(
+                !t.is_finished(),
+                "serial={serial}: the second caller did not wait"
+            );
+            drop(held);
+            t.join().unwrap();
+            assert_eq!(
+                d.state.lock().pending.remove(&2).map(|p| p.context),
+                Some(2)
+            );
         }
     }
 

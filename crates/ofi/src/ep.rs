@@ -144,7 +144,7 @@ pub unsafe extern "C" fn hx_endpoint(
             })
             .flatten();
         let id = {
-            let mut st = lock(&dom.d.state);
+            let mut st = dom.d.state.lock();
             let id = st.backend.open_ep().map_err(|e| {
                 warn(FI_LOG_EP_CTRL, &format!("fi_endpoint: {}", e.msg));
                 e.errno
@@ -201,7 +201,7 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
     ret_int(|| {
         let o = Box::from_raw(f as *mut EpObj);
         {
-            let mut st = lock(&o.d.state);
+            let mut st = o.d.state.lock();
             let _ = st.backend.close_ep(o.id);
             // Receives still posted on this endpoint can no longer complete.
             st.pending.retain(|_, p| p.ep != o.id);
@@ -380,7 +380,7 @@ impl EpObj {
         if len > 0 && buf.is_null() {
             return Err(FI_EINVAL);
         }
-        let mut st = lock(&self.d.state);
+        let mut st = self.d.state.lock();
         let to = SendTo {
             ep: self.id,
             tagged,
@@ -433,7 +433,7 @@ impl EpObj {
         if a.len > 0 && a.buf.is_null() {
             return Err(FI_EINVAL);
         }
-        let mut st = lock(&self.d.state);
+        let mut st = self.d.state.lock();
         let to = SendTo {
             ep: self.id,
             tagged: a.tagged,
@@ -570,7 +570,7 @@ impl EpObj {
         }
         let (tag, ignore) = if tagged { (tag, ignore) } else { (0, 0) };
         let report = self.rx_report(b, flags);
-        let mut st = lock(&self.d.state);
+        let mut st = self.d.state.lock();
         let src = self.src_filter_locked(&mut st, b, src)?;
         let op = st
             .backend
@@ -621,7 +621,7 @@ impl EpObj {
             if claim && context == 0 {
                 return Err(FI_EINVAL);
             }
-            let mut st = lock(&self.d.state);
+            let mut st = self.d.state.lock();
             let found = if discard && !claim {
                 st.backend
                     .discard(self.id, src, m.tag, m.ignore)
@@ -663,7 +663,7 @@ impl EpObj {
             FI_EINVAL
         })?;
         let report = self.rx_report(b, flags);
-        let mut st = lock(&self.d.state);
+        let mut st = self.d.state.lock();
         if flags & FI_DISCARD != 0 {
             let f = st.backend.discard_claimed(id).map_err(|e| e.errno)?;
             drop(st);
@@ -682,7 +682,7 @@ impl EpObj {
 
     fn cancel(&self, context: usize) -> Result<isize, i32> {
         let b = self.bound()?;
-        let mut st = lock(&self.d.state);
+        let mut st = self.d.state.lock();
         let op = st
             .pending
             .find(|p| p.ep == self.id && p.context == context && p.flags & FI_RECV != 0)
@@ -773,7 +773,7 @@ unsafe extern "C" fn cm_getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize
             *addrlen = NAME_LEN;
             return Err(FI_ETOOSMALL);
         }
-        let name = lock(&ep.d.state).backend.name(ep.id);
+        let name = ep.d.state.lock().backend.name(ep.id);
         std::ptr::copy_nonoverlapping(name.as_ptr(), addr as *mut u8, NAME_LEN);
         *addrlen = NAME_LEN;
         Ok(0)
