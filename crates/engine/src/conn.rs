@@ -718,7 +718,10 @@ impl Engine {
         };
         let name = shm::socket_name(&self.secret, addr.instance);
         let c = match ShmConnecting::start(&name) {
-            Ok(c) => c,
+            Ok(mut c) => {
+                c.set_prefault(Some(self.shm_prefault.clone()));
+                c
+            }
             Err(e) => {
                 let refused =
                     matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::NotFound);

@@ -125,6 +125,8 @@ pub struct Engine {
     pub(crate) shm_backlog_waiting: bool,
     pub(crate) connecting: Vec<Option<Connecting>>,
     pub(crate) shm_listener: Option<ShmListener>,
+    /// HX_SHM_PREFAULT, shared by the listener and every connector.
+    pub(crate) shm_prefault: std::sync::Arc<shm::PrefaultBudget>,
     pub(crate) shm_out: Vec<Option<ShmOut>>,
     pub(crate) shm_in: Vec<Option<ShmIn>>,
     pub(crate) ptracer_set: bool,
@@ -263,6 +265,7 @@ impl Engine {
         let mut devices = Vec::new();
         let mut place = None;
         let mut shm_listener = None;
+        let shm_prefault = shm::PrefaultBudget::new(settings.shm_prefault);
         if networked {
             let rails = match &settings.topology {
                 Some(t) => {
@@ -299,8 +302,9 @@ impl Engine {
             }
             if settings.shm {
                 // An abstract socket name: nothing on disk, gone with the process.
-                let l = shm::listen(&shm::socket_name(&secret, instance))
+                let mut l = shm::listen(&shm::socket_name(&secret, instance))
                     .map_err(io_err("shared-memory listener"))?;
+                l.set_prefault(Some(shm_prefault.clone()));
                 l.set_nonblocking(true)
                     .map_err(io_err("shared-memory listener"))?;
                 poller
@@ -332,6 +336,7 @@ impl Engine {
             shm_backlog_waiting: false,
             connecting: Vec::new(),
             shm_listener,
+            shm_prefault,
             shm_out: Vec::new(),
             shm_in: Vec::new(),
             ptracer_set: false,

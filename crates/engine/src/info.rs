@@ -43,6 +43,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "same-host large messages copied once into the receiver (process_vm_writev)",
     ),
     (
+        "SHM_PREFAULT",
+        "64m",
+        "bytes of same-host ring segments mapped with every page present from the start (the rest fault as first touched)",
+    ),
+    (
         "LOOPBACK_RAILS",
         "1",
         "with HX_TRANSPORTS=tcp: TCP connections per same-host peer",

@@ -44,6 +44,9 @@ pub struct Settings {
     /// HX_DIRECT: copy large messages between ranks of one host straight into the receiver's
     /// buffer (process_vm_writev) instead of through the ring.
     pub direct: bool,
+    /// HX_SHM_PREFAULT: bytes of shared-memory ring segments mapped with every page present
+    /// from the start (see hx_transport::shm::PrefaultBudget).
+    pub shm_prefault: usize,
 }
 
 /// Where settings are read from: a name -> value lookup (the environment, or the libfabric
@@ -160,6 +163,7 @@ impl Settings {
                 Some("0") | Some("no") | Some("false") => false,
                 Some(v) => return Err(Error::Config(format!("HX_DIRECT={v}: expected 0 or 1"))),
             },
+            shm_prefault: size(var, "HX_SHM_PREFAULT", 64 << 20)?,
         })
     }
 }

@@ -149,7 +149,7 @@ mod tests {
     #[test]
     fn every_setting_has_both_names() {
         let all = settings();
-        assert_eq!(all.len(), 21);
+        assert_eq!(all.len(), 22);
         assert!(all.iter().any(|(n, _)| n == "topology"));
         assert!(all
             .iter()

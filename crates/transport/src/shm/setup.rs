@@ -27,7 +27,11 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
-use super::{check_capacity, create_segment, eventfd, open_segment, ShmLink, DEFAULT_CAPACITY};
+use super::{
+    check_capacity, create_segment, eventfd, open_segment, PrefaultBudget, ShmLink,
+    DEFAULT_CAPACITY,
+};
+use std::sync::Arc;
 
 const CH_MAGIC: [u8; 4] = *b"HXSc";
 const HELLO_MAGIC: [u8; 4] = *b"HXSh";
@@ -50,6 +54,7 @@ pub struct ShmListener {
     l: UnixListener,
     name: String,
     capacity: usize,
+    prefault: Option<Arc<PrefaultBudget>>,
 }
 
 /// Listens on the abstract name `name` (no leading NUL; at most 107 bytes). Fails with
@@ -62,6 +67,7 @@ pub fn listen(name: &str) -> io::Result<ShmListener> {
         l,
         name: name.into(),
         capacity: DEFAULT_CAPACITY,
+        prefault: None,
     })
 }
 
@@ -113,6 +119,12 @@ impl ShmListener {
         check_capacity(capacity)?;
         self.capacity = capacity;
         Ok(())
+    }
+
+    /// Segments of links accepted from now on are mapped prefaulted while `budget` has room
+    /// (see [`PrefaultBudget`]); `None` (the default): never.
+    pub fn set_prefault(&mut self, budget: Option<Arc<PrefaultBudget>>) {
+        self.prefault = budget;
     }
 
     /// With `true`, `accept` returns `WouldBlock` when nobody is waiting (poll `as_raw_fd()`
@@ -174,6 +186,7 @@ impl ShmListener {
             have: 0,
             name: self.name.clone(),
             capacity: self.capacity,
+            prefault: self.prefault.clone(),
         })
     }
 }
@@ -186,6 +199,7 @@ pub struct ShmAccepting {
     have: usize,
     name: String,
     capacity: usize,
+    prefault: Option<Arc<PrefaultBudget>>,
 }
 
 impl ShmAccepting {
@@ -243,7 +257,7 @@ impl ShmAccepting {
             .ok_or_else(|| io::Error::other("handshake already completed"))?;
         s.set_nonblocking(false)?;
         s.set_write_timeout(Some(Duration::from_secs(1)))?;
-        let (memfd, map) = create_segment(self.capacity)?;
+        let (memfd, map) = create_segment(self.capacity, self.prefault.as_ref())?;
         let (mine, theirs) = (eventfd()?, eventfd()?);
         let cap = self.capacity as u64;
         let mut r = [0u8; READY_LEN];
@@ -352,6 +366,7 @@ pub struct ShmConnecting {
     phase: ConnPhase,
     /// The largest ring the listener may hand us: it decides the size of a segment we map.
     max_capacity: usize,
+    prefault: Option<Arc<PrefaultBudget>>,
 }
 
 impl ShmConnecting {
@@ -369,6 +384,7 @@ impl ShmConnecting {
                 have: 0,
             },
             max_capacity: DEFAULT_CAPACITY,
+            prefault: None,
         })
     }
 
@@ -378,6 +394,11 @@ impl ShmConnecting {
         check_capacity(capacity)?;
         self.max_capacity = capacity;
         Ok(())
+    }
+
+    /// The segment is mapped prefaulted if `budget` has room (see [`PrefaultBudget`]).
+    pub fn set_prefault(&mut self, budget: Option<Arc<PrefaultBudget>>) {
+        self.prefault = budget;
     }
 
     pub fn fd(&self) -> RawFd {
@@ -492,7 +513,8 @@ impl ShmConnecting {
                             ),
                         ));
                     }
-                    let (map, cap2) = open_segment(&memfd, self.max_capacity)?;
+                    let (map, cap2) =
+                        open_segment(&memfd, self.max_capacity, self.prefault.as_ref())?;
                     if cap2 as u64 != cap {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,

@@ -225,23 +225,64 @@ fn segment_checks() {
     // Unsealed or wrong-sized files are refused.
     let fd = memfd_create(c"t", MFdFlags::MFD_CLOEXEC).unwrap();
     ftruncate(&fd, (HDR + 2 * MIN_CAPACITY) as i64).unwrap();
-    let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
+    let e = open_segment(&fd, MAX_CAPACITY, None).err().unwrap();
     assert!(e.to_string().contains("sealed"), "{e}");
-    let (fd, map) = create_segment(MIN_CAPACITY).unwrap();
+    let (fd, map) = create_segment(MIN_CAPACITY, None).unwrap();
     map.word(OFF_CAP)
         .store(2 * MIN_CAPACITY as u64, Ordering::Relaxed);
-    let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
+    let e = open_segment(&fd, MAX_CAPACITY, None).err().unwrap();
     assert!(e.to_string().contains("does not match"), "{e}");
     map.word(OFF_MAGIC).store(1, Ordering::Relaxed);
-    let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
+    let e = open_segment(&fd, MAX_CAPACITY, None).err().unwrap();
     assert!(e.to_string().contains("magic"), "{e}");
     // A segment larger than this side accepts is refused before it is mapped.
-    let (fd, _map) = create_segment(4 * MIN_CAPACITY).unwrap();
-    let e = open_segment(&fd, 2 * MIN_CAPACITY).err().unwrap();
+    let (fd, _map) = create_segment(4 * MIN_CAPACITY, None).unwrap();
+    let e = open_segment(&fd, 2 * MIN_CAPACITY, None).err().unwrap();
     assert!(e.to_string().contains("this side accepts"), "{e}");
-    assert!(open_segment(&fd, 4 * MIN_CAPACITY).is_ok());
+    assert!(open_segment(&fd, 4 * MIN_CAPACITY, None).is_ok());
     let r = ftruncate(&fd, 100);
     assert!(r.is_err(), "shrinking a sealed segment must fail");
+}
+
+/// Pages of `m` present in memory (mincore: a shared memfd's pages exist once touched).
+fn resident_pages(m: &Mapping) -> usize {
+    let pages = m.len.div_ceil(4096);
+    let mut v = vec![0u8; pages];
+    // SAFETY: the live mapping, page aligned; one status byte per page.
+    let r = unsafe { libc::mincore(m.ptr.as_ptr().cast(), m.len, v.as_mut_ptr()) };
+    assert_eq!(r, 0, "mincore: {}", io::Error::last_os_error());
+    v.iter().filter(|&&b| b & 1 != 0).count()
+}
+
+#[test]
+fn segments_are_prefaulted_while_the_budget_has_room() {
+    let cap = 16 * MIN_CAPACITY;
+    let size = HDR + 2 * cap;
+    let pages = size / 4096;
+    let budget = PrefaultBudget::new(2 * size);
+    // Both ends of one segment fit: every page there from the start, on both sides.
+    let (fd, a) = create_segment(cap, Some(&budget)).unwrap();
+    let (b, _) = open_segment(&fd, cap, Some(&budget)).unwrap();
+    assert_eq!(budget.used(), 2 * size);
+    assert_eq!((resident_pages(&a), resident_pages(&b)), (pages, pages));
+    // The next does not fit: its ring pages come as they are touched, as without a budget.
+    let (_fd2, c) = create_segment(cap, Some(&budget)).unwrap();
+    assert_eq!(budget.used(), 2 * size);
+    assert!(
+        resident_pages(&c) < pages / 2,
+        "{} of {pages}",
+        resident_pages(&c)
+    );
+    // Unmapping gives the room back.
+    drop(a);
+    assert_eq!(budget.used(), size);
+    let (_fd3, d) = create_segment(cap, Some(&budget)).unwrap();
+    assert_eq!((budget.used(), resident_pages(&d)), (2 * size, pages));
+    // A budget of 0 never prefaults.
+    let none = PrefaultBudget::new(0);
+    let (_fd4, e) = create_segment(cap, Some(&none)).unwrap();
+    assert_eq!(none.used(), 0);
+    assert!(resident_pages(&e) < pages / 2);
 }
 
 #[test]
