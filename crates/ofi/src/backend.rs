@@ -26,11 +26,38 @@ pub struct Done {
     pub error: Option<(i32, String)>,
 }
 
+/// A receive the backend held and served without an engine round ([`Backend::poll_express`]):
+/// a success, the whole message in its buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Served {
+    pub op: OpId,
+    pub len: usize,
+    pub tag: u64,
+    pub data: Option<u64>,
+    pub src: Option<PeerId>,
+}
+
+impl Served {
+    pub fn done(&self) -> Done {
+        Done {
+            op: self.op,
+            is_recv: true,
+            len: self.len,
+            msg_len: self.len,
+            tag: self.tag,
+            data: self.data,
+            src: self.src,
+            error: None,
+        }
+    }
+}
+
 /// What a CQ read's look at the backend found ([`Backend::poll_express`]).
 #[derive(Debug)]
 pub enum Polled {
-    /// A receive the backend held was served, without an engine round.
-    Served(Done),
+    /// Receives the backend held were served, without an engine round (appended to the
+    /// caller's list, in the order they were posted).
+    Served,
     /// Nothing arrived and no round is owed.
     Nothing,
     /// Make a full round: [`Backend::collect`], then [`Backend::progress`].
@@ -201,10 +228,12 @@ pub trait Backend: Send {
     fn idle(&self) -> bool {
         false
     }
-    /// A CQ read's poll: one look for the receive the backend holds rather than posts, if
-    /// any. `Progress` when it is not [`idle`](Self::idle), holds none, or something else
-    /// needs a round (which the next [`progress`](Self::progress) then makes).
-    fn poll_express(&mut self) -> Polled {
+    /// A CQ read's poll: looks for the receives the backend holds rather than posts, if any,
+    /// and serves up to `room` of them in order into `out`. `Progress` when it is not
+    /// [`idle`](Self::idle), holds none, or something else needs a round (which the next
+    /// [`progress`](Self::progress) then makes).
+    fn poll_express(&mut self, room: usize, out: &mut Vec<Served>) -> Polled {
+        let _ = (room, out);
         Polled::Progress
     }
     /// Readable when progress() may have something to do; after progress() found nothing, it is safe to sleep in poll() on it.

@@ -3,7 +3,7 @@
 
 use crate::av::AvShared;
 use crate::backend::PeerId;
-use crate::domain::{self, CqFields, DomainObj, DomainShared, Drive};
+use crate::domain::{self, CqFields, DomainObj, DomainShared, Drive, SerialLock};
 use crate::fabric::{enosys_bind, enosys_ops_open, ptr};
 use crate::hints::MAX_ERR_DATA;
 use crate::sys::*;
@@ -12,7 +12,7 @@ use libc::{c_char, c_int, c_void};
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub struct Entry {
@@ -38,7 +38,7 @@ pub struct CqShared {
     pub format: c_int,
     pub wait_obj: c_int,
     pub domain: Arc<DomainShared>,
-    q: Mutex<Queue>,
+    q: SerialLock<Queue>,
     /// fi_cq_signal wakes sread through this eventfd.
     signal_fd: i32,
     /// Endpoints bound to this CQ: closing it before them is -FI_EBUSY.
@@ -127,11 +127,12 @@ impl CqShared {
         if signal_fd < 0 {
             return Err(FI_EOTHER);
         }
+        let serial = domain.state.is_serial();
         Ok(Arc::new(CqShared {
             format,
             wait_obj,
             domain,
-            q: Mutex::default(),
+            q: SerialLock::new(Queue::default(), serial),
             signal_fd,
             bound: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
@@ -145,7 +146,7 @@ impl CqShared {
     }
 
     pub fn push(&self, e: Entry) {
-        let mut q = lock(&self.q);
+        let mut q = self.q.lock();
         q.entries.push_back(e);
         self.queued.store(q.entries.len(), Ordering::Release);
     }
@@ -153,7 +154,7 @@ impl CqShared {
     /// After progress: true when nothing is queued (fi_trywait may then sleep on the fd).
     pub fn is_idle(&self) -> Result<bool, i32> {
         self.domain.progress_to_wait()?;
-        Ok(lock(&self.q).entries.is_empty())
+        Ok(self.q.lock().entries.is_empty())
     }
 
     /// fi_cq_read/readfrom: successes up to the first error entry; -FI_EAVAIL if one heads the
@@ -194,7 +195,7 @@ impl CqShared {
             Drive::Empty => return Err(FI_EAGAIN),
             Drive::Queue => {}
         }
-        let mut q = lock(&self.q);
+        let mut q = self.q.lock();
         q.err_data = None;
         match q.entries.front() {
             None => return Err(FI_EAGAIN),
@@ -227,7 +228,7 @@ impl CqShared {
     /// `out` is a valid fi_cq_err_entry (of the 1.0 size when the API is below 1.5).
     pub unsafe fn readerr(&self, out: *mut fi_cq_err_entry) -> Result<usize, i32> {
         self.domain.progress()?;
-        let mut q = lock(&self.q);
+        let mut q = self.q.lock();
         if q.entries.front().is_none_or(|e| e.err.is_none()) {
             return Err(FI_EAGAIN);
         }
@@ -562,13 +563,18 @@ mod tests {
     use crate::mock::MockBackend;
 
     fn cq(format: c_int) -> Arc<CqShared> {
+        cq_in(format, false)
+    }
+
+    /// A CQ of a domain opened FI_THREAD_DOMAIN (`serial`) or FI_THREAD_SAFE.
+    fn cq_in(format: c_int, serial: bool) -> Arc<CqShared> {
         let b = MockBackend::new(&BackendConfig {
             settings: vec![],
             auth_key: None,
         })
         .unwrap();
         CqShared::new(
-            DomainShared::new(Box::new(b), fi_version(1, 17), false),
+            DomainShared::new(Box::new(b), fi_version(1, 17), serial),
             format,
             FI_WAIT_FD,
         )
@@ -613,13 +619,14 @@ mod tests {
 
     #[test]
     fn formats() {
-        for f in [
-            FI_CQ_FORMAT_CONTEXT,
-            FI_CQ_FORMAT_MSG,
-            FI_CQ_FORMAT_DATA,
-            FI_CQ_FORMAT_TAGGED,
+        for (f, serial) in [
+            (FI_CQ_FORMAT_CONTEXT, false),
+            (FI_CQ_FORMAT_MSG, true),
+            (FI_CQ_FORMAT_DATA, false),
+            (FI_CQ_FORMAT_TAGGED, true),
         ] {
-            let c = cq(f);
+            let c = cq_in(f, serial);
+            assert_eq!(c.q.is_serial(), serial);
             c.push(ok(0x10, 7));
             c.push(ok(0x20, 8));
             let mut buf = [0u8; 2 * 48];

@@ -130,44 +130,52 @@ impl PendingMap {
     }
 }
 
-/// The domain's state behind the lock its threading model asks for. Under FI_THREAD_SAFE, a
-/// mutex. Under FI_THREAD_DOMAIN (what Open MPI asks for unless MPI_THREAD_MULTIPLE) the
-/// application serializes every call on the domain's objects, so no lock is needed: the
-/// mutex's two atomic read-modify-writes per call were six on each message's one-way path
-/// through Open MPI (send, the read that serves the receive, the read that finds nothing).
-/// What remains is a check with plain loads and stores: a call that finds the state in use
-/// (an application breaking its promise) says so once and waits for it, best effort.
-pub struct StateLock {
+/// What a domain's objects keep behind the lock its threading model asks for (the domain's
+/// state, a CQ's queue). Under FI_THREAD_SAFE, a mutex. Under FI_THREAD_DOMAIN (what Open MPI
+/// asks for unless MPI_THREAD_MULTIPLE) the application serializes every call on the domain's
+/// objects, so no lock is needed: the mutexes' two atomic read-modify-writes per call were six
+/// on each message's one-way path through Open MPI (send, the read that serves the receive,
+/// the read that finds nothing) and two more per send completion queued. What remains is a
+/// check with plain loads and stores: a call that finds the value in use (an application
+/// breaking its promise) says so once and waits for it, best effort.
+pub struct SerialLock<T> {
     mutex: Mutex<()>,
     serial: bool,
     busy: AtomicBool,
-    state: UnsafeCell<DomainState>,
+    value: UnsafeCell<T>,
 }
 
-// SAFETY: access to `state` goes through `lock`, exclusive under the mutex, or (FI_THREAD_DOMAIN)
-// by the application's serialization; DomainState is Send.
-unsafe impl Sync for StateLock {}
+pub type StateLock = SerialLock<DomainState>;
 
-pub struct StateGuard<'a> {
-    lock: &'a StateLock,
+// SAFETY: access to `value` goes through `lock`, exclusive under the mutex, or (FI_THREAD_DOMAIN)
+// by the application's serialization; T is Send.
+unsafe impl<T: Send> Sync for SerialLock<T> {}
+
+pub struct SerialGuard<'a, T> {
+    lock: &'a SerialLock<T>,
     _held: Option<MutexGuard<'a, ()>>,
 }
 
 static THREAD_DOMAIN_BROKEN: AtomicBool = AtomicBool::new(false);
 
-impl StateLock {
-    fn new(state: DomainState, serial: bool) -> Self {
-        StateLock {
+impl<T> SerialLock<T> {
+    pub fn new(value: T, serial: bool) -> Self {
+        SerialLock {
             mutex: Mutex::new(()),
             serial,
             busy: AtomicBool::new(false),
-            state: UnsafeCell::new(state),
+            value: UnsafeCell::new(value),
         }
     }
 
-    pub fn lock(&self) -> StateGuard<'_> {
+    /// Opened with FI_THREAD_DOMAIN: no mutex.
+    pub fn is_serial(&self) -> bool {
+        self.serial
+    }
+
+    pub fn lock(&self) -> SerialGuard<'_, T> {
         if !self.serial {
-            return StateGuard {
+            return SerialGuard {
                 lock: self,
                 _held: Some(lock(&self.mutex)),
             };
@@ -186,29 +194,29 @@ impl StateLock {
             }
         }
         self.busy.store(true, Ordering::Relaxed);
-        StateGuard {
+        SerialGuard {
             lock: self,
             _held: None,
         }
     }
 }
 
-impl std::ops::Deref for StateGuard<'_> {
-    type Target = DomainState;
-    fn deref(&self) -> &DomainState {
-        // SAFETY: see `StateLock`.
-        unsafe { &*self.lock.state.get() }
+impl<T> std::ops::Deref for SerialGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: see `SerialLock`.
+        unsafe { &*self.lock.value.get() }
     }
 }
 
-impl std::ops::DerefMut for StateGuard<'_> {
-    fn deref_mut(&mut self) -> &mut DomainState {
-        // SAFETY: see `StateLock`.
-        unsafe { &mut *self.lock.state.get() }
+impl<T> std::ops::DerefMut for SerialGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: see `SerialLock`.
+        unsafe { &mut *self.lock.value.get() }
     }
 }
 
-impl Drop for StateGuard<'_> {
+impl<T> Drop for SerialGuard<'_, T> {
     fn drop(&mut self) {
         if self.lock.serial {
             self.lock.busy.store(false, Ordering::Release);
@@ -232,6 +240,8 @@ pub struct DomainState {
     /// How many AV entries (over all AVs of the domain) name each peer.
     pub peer_refs: HashMap<PeerId, usize>,
     scratch: Vec<Done>,
+    /// Receives a CQ read's poll served ([`Backend::poll_express`]).
+    served: Vec<Served>,
 }
 
 impl DomainShared {
@@ -248,6 +258,7 @@ impl DomainShared {
                     pending: PendingMap::default(),
                     peer_refs: HashMap::default(),
                     scratch: Vec::new(),
+                    served: Vec::new(),
                 },
                 serial,
             ),
@@ -296,33 +307,53 @@ impl DomainShared {
         if room == 0 || !cq.queue_empty() {
             return drive_read_round(st, cq, true);
         }
+        let mut served = std::mem::take(&mut st.served);
+        served.clear();
+        match st.backend.poll_express(room, &mut served) {
+            Polled::Nothing => {
+                st.served = served;
+                return Ok(Drive::Empty);
+            }
+            // Something finished or a round is owed: the general path.
+            Polled::Progress => {
+                st.served = served;
+                return drive_read_round(st, cq, true);
+            }
+            Polled::Served => {}
+        }
         let mut n = 0;
-        while n < room {
-            match st.backend.poll_express() {
-                Polled::Nothing if n == 0 => return Ok(Drive::Empty),
-                Polled::Nothing => break,
-                // Something finished or a round is owed: the general path (the next read's,
-                // if this one returns entries).
-                Polled::Progress if n == 0 => return drive_read_round(st, cq, true),
-                Polled::Progress => break,
-                Polled::Served(d) => {
-                    let Some(p) = st.pending.remove(&d.op) else {
-                        continue;
-                    };
-                    if !std::ptr::eq(p.cq, cq) || d.error.is_some() {
-                        // Another CQ's, or a failure: through the queue.
-                        deliver(p, d);
-                        break;
-                    }
-                    if p.report == Report::Always {
-                        // SAFETY: under the domain lock (see `Pending`).
-                        let src = src_of(&p, &d).map(|(av, peer)| (unsafe { &*av }, peer));
-                        emit(n, &fields_of(&p, &d), src);
-                        n += 1;
-                    }
+        for s in served.drain(..) {
+            let Some(p) = st.pending.remove(&s.op) else {
+                continue;
+            };
+            if !std::ptr::eq(p.cq, cq) {
+                // Another CQ's: through its queue (ours stays empty, so what is emitted here
+                // keeps its order).
+                deliver(p, s.done());
+                continue;
+            }
+            if p.report == Report::Always {
+                let mut flags = p.flags;
+                if s.data.is_some() {
+                    flags |= FI_REMOTE_CQ_DATA;
                 }
+                let f = CqFields {
+                    context: p.context,
+                    flags,
+                    len: s.len,
+                    data: s.data.unwrap_or(0),
+                    tag: if p.flags & FI_TAGGED != 0 { s.tag } else { 0 },
+                };
+                // SAFETY: under the domain lock (see `Pending`).
+                let src = match s.src {
+                    Some(peer) if !p.av.is_null() => Some((unsafe { &*p.av }, peer)),
+                    _ => None,
+                };
+                emit(n, &f, src);
+                n += 1;
             }
         }
+        st.served = served;
         Ok(if n > 0 {
             Drive::Served(n)
         } else {

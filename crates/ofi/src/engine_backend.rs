@@ -13,7 +13,7 @@ use hx_engine::{Engine, EngineBuf, Express, Filter, Rank, Request, Settings, Tag
 
 use crate::backend::{
     Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, Polled, SendBuf, SendTo,
-    NAME_LEN,
+    Served, NAME_LEN,
 };
 use crate::sys::{FI_EACCES, FI_EINVAL, FI_EIO, FI_ENODATA, FI_ENOENT, FI_ENOSPC, FI_ETRUNC};
 
@@ -81,9 +81,9 @@ enum Owed {
     FullRound,
 }
 
-/// One look for the parked receive: served, or what the poll owes.
+/// One look for the parked receives: some served, or what the poll owes.
 enum Look {
-    Taken(Done),
+    Served,
     Owes(Owed),
 }
 
@@ -125,6 +125,11 @@ pub struct EngineBackend {
     /// pointers are only read while their links are untouched.
     watch_op: Option<OpId>,
     watch: Vec<hx_engine::Doorbell>,
+    /// The (engine endpoint, named source) the last parked receive was found possible for
+    /// ([`Engine::express_possible`]), until the next mutable use of the engine
+    /// ([`eng_mut`](Self::eng_mut)): what it looked at cannot have changed, so the next
+    /// receive of a window, posted behind it, skips the look.
+    possible: Option<(u16, Option<Rank>)>,
     /// An idle poll has been answered by the watch (said once, at debug level).
     watch_logged: bool,
     /// A parked receive has been served (said once, at debug level).
@@ -135,6 +140,8 @@ pub struct EngineBackend {
     renamed: HashMap<OpId, u64>,
     /// Parked receives that could not be posted, reported by the next collect.
     failed: Vec<Done>,
+    /// Receives `progress` served from the parked ones (kept for its capacity).
+    served: Vec<Served>,
     /// Name servers of `listen` (fabtests' node/service): one thread each, answering with a name
     /// until the backend goes (then the port is free again for the next domain).
     name_servers: Vec<std::thread::JoinHandle<()>>,
@@ -239,6 +246,7 @@ impl EngineBackend {
 
     fn eng_mut(&mut self) -> &mut Engine {
         self.watch_op = None;
+        self.possible = None;
         self.engine.as_mut().expect("engine present until drop")
     }
 
@@ -274,10 +282,12 @@ impl EngineBackend {
             parked_behind_logged: false,
             sockets_polled: Instant::now(),
             watch_op: None,
+            possible: None,
             watch: Vec::new(),
             watch_logged: false,
             renamed: HashMap::default(),
             failed: Vec::new(),
+            served: Vec::new(),
             name_servers: Vec::new(),
             stop: Default::default(),
         })
@@ -367,7 +377,9 @@ impl EngineBackend {
 
     /// One poll for the first parked receive (see [`Parked`]): served, or what else this poll
     /// owes.
-    fn poll_parked(&mut self) -> Look {
+    /// Looks for the parked receives in order, serving up to `room` of them into `out`: what
+    /// the poll owes when it served none.
+    fn poll_parked(&mut self, room: usize, out: &mut Vec<Served>) -> Look {
         let Some(p) = self.parked.front() else {
             return Look::Owes(Owed::Round);
         };
@@ -389,50 +401,60 @@ impl EngineBackend {
             }
             return Look::Owes(Owed::Nothing);
         }
-        let (op, ep, filter, ptr, len) = (p.op, p.ep, p.filter, p.ptr, p.len);
-        let buf: &mut [u8] = if len == 0 {
-            &mut []
-        } else {
-            // SAFETY: the receive's buffer, valid until it completes or is cancelled
-            // (fi_trecv's contract).
-            unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) }
-        };
-        match self.eng_mut().try_recv_express(ep, filter, buf) {
-            Express::Taken(st) => {
-                let p = self.parked.pop_front().expect("parked");
-                let src = Some(self.peer_id(st.source, st.src_ep / 2));
-                if !self.parked_logged {
-                    self.parked_logged = true;
-                    tracing::debug!("hxcomm: a receive was served straight from shared memory");
+        let first = out.len();
+        while out.len() - first < room {
+            let Some(p) = self.parked.front() else {
+                break;
+            };
+            let (op, ep, filter, ptr, len) = (p.op, p.ep, p.filter, p.ptr, p.len);
+            let buf: &mut [u8] = if len == 0 {
+                &mut []
+            } else {
+                // SAFETY: the receive's buffer, valid until it completes or is cancelled
+                // (fi_trecv's contract).
+                unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) }
+            };
+            match self.eng_mut().try_recv_express(ep, filter, buf) {
+                Express::Taken(st) => {
+                    self.parked.pop_front();
+                    if !self.parked_behind_logged && !self.parked.is_empty() {
+                        self.parked_behind_logged = true;
+                        tracing::debug!(
+                            "hxcomm: receives were held at once, the first served from shared \
+                             memory"
+                        );
+                    }
+                    let src = Some(self.peer_id(st.source, st.src_ep / 2));
+                    out.push(Served {
+                        op,
+                        len: st.len,
+                        tag: st.tag,
+                        data: st.data,
+                        src,
+                    });
                 }
-                if !self.parked_behind_logged && !self.parked.is_empty() {
-                    self.parked_behind_logged = true;
-                    tracing::debug!(
-                        "hxcomm: receives were held at once, the first served from shared \
-                         memory"
-                    );
+                // What stops a batch after the first is looked at again by the next poll.
+                Express::Empty if out.len() > first => break,
+                Express::Empty => {
+                    let mut watch = std::mem::take(&mut self.watch);
+                    if self.eng().express_watch(ep, &filter, &mut watch) {
+                        self.watch_op = Some(op);
+                    }
+                    self.watch = watch;
+                    return Look::Owes(Owed::Nothing);
                 }
-                Look::Taken(Done {
-                    op: p.op,
-                    is_recv: true,
-                    len: st.len,
-                    msg_len: st.len,
-                    tag: st.tag,
-                    data: st.data,
-                    src,
-                    error: None,
-                })
+                Express::Other if out.len() > first => {
+                    self.owed = Some(Owed::Round);
+                    break;
+                }
+                Express::Other => return Look::Owes(Owed::Round),
             }
-            Express::Empty => {
-                let mut watch = std::mem::take(&mut self.watch);
-                if self.eng().express_watch(ep, &filter, &mut watch) {
-                    self.watch_op = Some(op);
-                }
-                self.watch = watch;
-                Look::Owes(Owed::Nothing)
-            }
-            Express::Other => Look::Owes(Owed::Round),
         }
+        if !self.parked_logged {
+            self.parked_logged = true;
+            tracing::debug!("hxcomm: a receive was served straight from shared memory");
+        }
+        Look::Served
     }
 
     /// May the parked receives stay parked after a round? Not once a message is queued on
@@ -635,8 +657,9 @@ impl Backend for EngineBackend {
         };
         let park = self.parked.len() < max
             && self.parked.front().is_none_or(|p| p.ep == e)
-            && self.eng().express_possible(e, &filter);
+            && (self.possible == Some((e, filter.src)) || self.eng().express_possible(e, &filter));
         if park {
+            self.possible = Some((e, filter.src));
             let op = PARKED_BIT | self.next_parked;
             self.next_parked = (self.next_parked + 1) & !PARKED_BIT;
             self.parked.push_back(Parked {
@@ -758,13 +781,16 @@ impl Backend for EngineBackend {
         // in epoll rather than spin (HX_BULK_WAIT_US).
         let owed = match self.owed.take() {
             Some(o) => o,
-            None => match self.poll_parked() {
-                Look::Taken(d) => {
-                    out.push(d);
-                    Owed::Nothing
+            None => {
+                let mut served = std::mem::take(&mut self.served);
+                let look = self.poll_parked(PARKED_MAX, &mut served);
+                out.extend(served.drain(..).map(|s| s.done()));
+                self.served = served;
+                match look {
+                    Look::Served => Owed::Nothing,
+                    Look::Owes(o) => o,
                 }
-                Look::Owes(o) => o,
-            },
+            }
         };
         let r = match owed {
             Owed::Nothing => return self.collect(out),
@@ -791,12 +817,12 @@ impl Backend for EngineBackend {
         self.failed.is_empty() && !self.eng().has_finished()
     }
 
-    fn poll_express(&mut self) -> Polled {
-        if self.parked.is_empty() || self.owed.is_some() || !self.idle() {
+    fn poll_express(&mut self, room: usize, out: &mut Vec<Served>) -> Polled {
+        if self.parked.is_empty() || self.owed.is_some() || !self.idle() || room == 0 {
             return Polled::Progress;
         }
-        match self.poll_parked() {
-            Look::Taken(d) => Polled::Served(d),
+        match self.poll_parked(room, out) {
+            Look::Served => Polled::Served,
             Look::Owes(Owed::Nothing) => Polled::Nothing,
             Look::Owes(o) => {
                 self.owed = Some(o);
