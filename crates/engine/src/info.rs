@@ -45,7 +45,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "SHM_PREFAULT",
         "64m",
-        "bytes of same-host ring segments mapped with every page present from the start (the rest fault as first touched)",
+        "bytes of same-host rings populated ahead of use once 32 KiB have gone through them (the rest fault page by page)",
     ),
     (
         "LOOPBACK_RAILS",

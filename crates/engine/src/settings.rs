@@ -44,8 +44,8 @@ pub struct Settings {
     /// HX_DIRECT: copy large messages between ranks of one host straight into the receiver's
     /// buffer (process_vm_writev) instead of through the ring.
     pub direct: bool,
-    /// HX_SHM_PREFAULT: bytes of shared-memory ring segments mapped with every page present
-    /// from the start (see hx_transport::shm::PrefaultBudget).
+    /// HX_SHM_PREFAULT: bytes of shared-memory rings populated ahead of use once busy (see
+    /// hx_transport::shm::PrefaultBudget).
     pub shm_prefault: usize,
 }
 

@@ -131,13 +131,16 @@ fn check_capacity(cap: usize) -> io::Result<()> {
     }
 }
 
-/// How many bytes of ring segments a process keeps mapped with every page present from the
-/// start (`MAP_POPULATE`), shared by its listener and connectors. Without it, each page of a
-/// ring faults the first time either side touches it: two faults per 64 small messages, through
-/// the whole first lap of a 1 MiB ring (16,384 messages of 8 bytes), 0.27 against 0.19 us of
-/// one-way latency through Open MPI, which a benchmark's usual warmup of 1,000 messages does
-/// not cover. Bounded because a segment's pages then stay allocated while the link lives, where
-/// a peer that is rarely talked to would otherwise touch only a few of them.
+/// How many bytes of rings a process populates ahead of use, shared by its listener and
+/// connectors. Without it, each page of a ring faults the first time each side touches it:
+/// two faults per 64 small messages through the whole first lap of a 1 MiB ring (16,384
+/// messages of 8 bytes), 0.27 against 0.19 us of one-way latency through Open MPI, which a
+/// benchmark's usual warmup of 1,000 messages does not cover. A ring is populated (each side
+/// the ring it writes or reads, in its own mapping: one madvise) once
+/// [`POPULATE_AFTER`] bytes have gone through it, so pairs that exchange little (an all-to-all
+/// of 64 ranks right after start) pay nothing: populating every segment at setup made that
+/// all-to-all take 2.5-4.6 s instead of 0.7 s on 2 cores. Bounded because a populated ring's
+/// pages stay allocated while the link lives.
 pub struct PrefaultBudget {
     limit: usize,
     used: AtomicUsize,
@@ -170,7 +173,10 @@ impl PrefaultBudget {
     }
 }
 
-/// A mapping's share of its [`PrefaultBudget`], given back when it is unmapped.
+/// Bytes through a ring before it is populated (see [`PrefaultBudget`]).
+pub const POPULATE_AFTER: u64 = 32 * 1024;
+
+/// A ring's share of its [`PrefaultBudget`], given back when its link goes.
 struct Prefaulted {
     budget: Arc<PrefaultBudget>,
     len: usize,
@@ -186,17 +192,10 @@ impl Drop for Prefaulted {
 struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
-    _prefaulted: Option<Prefaulted>,
 }
 
 impl Mapping {
-    /// Maps `len` bytes of `fd`, every page present at once if `budget` has room for them.
-    fn map(fd: &OwnedFd, len: usize, budget: Option<&Arc<PrefaultBudget>>) -> io::Result<Mapping> {
-        let prefaulted = budget.and_then(|b| b.reserve(len));
-        let populate = match prefaulted {
-            Some(_) => libc::MAP_POPULATE,
-            None => 0,
-        };
+    fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
         // SAFETY: a fresh mapping chosen by the kernel (addr null), of a file we checked is at
         // least `len` bytes and sealed against shrinking; nothing else is touched.
         let p = unsafe {
@@ -204,7 +203,7 @@ impl Mapping {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | populate,
+                libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,
             )
@@ -215,7 +214,6 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
-            _prefaulted: prefaulted,
         })
     }
 
@@ -237,10 +235,7 @@ impl Drop for Mapping {
 }
 
 /// Creates a sealed, zeroed segment for two rings of `cap` bytes and writes its header.
-fn create_segment(
-    cap: usize,
-    budget: Option<&Arc<PrefaultBudget>>,
-) -> io::Result<(OwnedFd, Mapping)> {
+fn create_segment(cap: usize) -> io::Result<(OwnedFd, Mapping)> {
     check_capacity(cap)?;
     let len = HDR + 2 * cap;
     let fd = memfd_create(
@@ -254,7 +249,7 @@ fn create_segment(
             SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL,
         ),
     )?;
-    let map = Mapping::map(&fd, len, budget)?;
+    let map = Mapping::map(&fd, len)?;
     map.word(OFF_CAP).store(cap as u64, Ordering::Relaxed);
     map.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
     Ok((fd, map))
@@ -263,11 +258,7 @@ fn create_segment(
 /// Maps a segment received from a peer, checking everything before trusting it: sealed against
 /// shrinking (so accesses can never fault), no larger than rings of `max_cap` bytes (the peer
 /// does not choose how much of our memory it maps), magic, a sane capacity matching the size.
-fn open_segment(
-    fd: &OwnedFd,
-    max_cap: usize,
-    budget: Option<&Arc<PrefaultBudget>>,
-) -> io::Result<(Mapping, usize)> {
+fn open_segment(fd: &OwnedFd, max_cap: usize) -> io::Result<(Mapping, usize)> {
     let bad = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("shm segment: {m}"));
     let seals = fcntl(fd, FcntlArg::F_GET_SEALS)?;
     let size = fstat(fd)?.st_size;
@@ -283,7 +274,7 @@ fn open_segment(
             "{size} bytes, more than rings of {max_cap} bytes this side accepts"
         )));
     }
-    let map = Mapping::map(fd, size, budget)?;
+    let map = Mapping::map(fd, size)?;
     if map.word(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
         return Err(bad("bad magic".into()));
     }
@@ -343,6 +334,12 @@ pub struct ShmLink {
     label: String,
     /// Per-message tracing (`hxcomm bench breakdown`), off unless asked for.
     trace: Option<Box<LinkTrace>>,
+    /// Where our head or tail must reach before the ring we write or read is populated
+    /// (u64::MAX: done, or no budget).
+    tx_populate_at: u64,
+    rx_populate_at: u64,
+    prefault: Option<Arc<PrefaultBudget>>,
+    populated: Vec<Prefaulted>,
 }
 
 // SAFETY: the raw pointers point into `map`, which this struct owns; all access goes through
@@ -350,6 +347,7 @@ pub struct ShmLink {
 unsafe impl Send for ShmLink {}
 
 impl ShmLink {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         map: Mapping,
         cap: usize,
@@ -358,8 +356,13 @@ impl ShmLink {
         peer_efd: OwnedFd,
         sock: Option<UnixStream>,
         label: String,
+        prefault: Option<Arc<PrefaultBudget>>,
     ) -> io::Result<ShmLink> {
         debug_assert!(side < 2 && HDR + 2 * cap <= map.len);
+        let populate_at = match prefault {
+            Some(_) => POPULATE_AFTER,
+            None => u64::MAX,
+        };
         let base = map.ptr.as_ptr();
         // SAFETY: both ring starts are inside the mapping (HDR + 2 * cap <= len).
         let (tx, rx) = unsafe { (base.add(HDR + side * cap), base.add(HDR + (1 - side) * cap)) };
@@ -397,6 +400,10 @@ impl ShmLink {
             poll_set,
             label,
             trace: None,
+            tx_populate_at: populate_at,
+            rx_populate_at: populate_at,
+            prefault,
+            populated: Vec::new(),
         };
         // Our own words start at zero (the tail we publish, the first header slot of the ring
         // we write); the peer must not have touched them.
@@ -495,6 +502,10 @@ impl ShmLink {
     fn advance(&mut self, n: usize) {
         self.rx_left -= n;
         self.rx_tail = self.rx_tail.wrapping_add(n as u64);
+        if self.rx_tail >= self.rx_populate_at {
+            self.rx_populate_at = u64::MAX;
+            self.populate(self.rx as *mut u8, false);
+        }
         if self.rx_left == 0 {
             self.rx_tail = self.rx_tail.wrapping_add(self.rx_pad as u64);
             self.rx_pad = 0;
@@ -588,6 +599,40 @@ impl ShmLink {
             .store(REC_VALID | len as u64, Ordering::Release);
         self.tx_head = next;
         self.wake_peer();
+        if next >= self.tx_populate_at {
+            self.tx_populate_at = u64::MAX;
+            self.populate(self.tx, true);
+        }
+    }
+
+    /// Populates our mapping of the ring at `ring` (see [`PrefaultBudget`]), if the budget
+    /// has room: allocated and mapped for writing (the ring we write) or mapped (the ring we
+    /// read). Best effort: a kernel without MADV_POPULATE_* (before 5.14) reads a byte of each
+    /// page instead, which maps it.
+    #[cold]
+    fn populate(&mut self, ring: *mut u8, write: bool) {
+        let Some(share) = self
+            .prefault
+            .as_ref()
+            .and_then(|b| b.reserve(self.cap as usize))
+        else {
+            return;
+        };
+        let advice = if write {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
+        // SAFETY: the ring lies inside our live mapping and is page aligned (HDR and the
+        // capacity are multiples of the page size); populating changes no byte.
+        let r = unsafe { libc::madvise(ring.cast(), self.cap as usize, advice) };
+        if r != 0 {
+            for off in (0..self.cap as usize).step_by(4096) {
+                // SAFETY: as above; a volatile read of a byte of the mapping.
+                unsafe { std::ptr::read_volatile(ring.add(off)) };
+            }
+        }
+        self.populated.push(share);
     }
 
     /// After publishing an index: wake the peer if it is asleep (Dekker with its `arm`).
@@ -947,12 +992,28 @@ pub fn host_key() -> io::Result<String> {
 /// Two connected links in one process (tests, and threads of one rank if ever needed). Each end
 /// has its own mapping of one segment, as two processes would.
 pub fn pair(capacity: usize) -> io::Result<(ShmLink, ShmLink)> {
-    let (fd, map0) = create_segment(capacity, None)?;
-    let (map1, cap) = open_segment(&fd, capacity, None)?;
+    pair_with(capacity, None)
+}
+
+fn pair_with(
+    capacity: usize,
+    prefault: Option<Arc<PrefaultBudget>>,
+) -> io::Result<(ShmLink, ShmLink)> {
+    let (fd, map0) = create_segment(capacity)?;
+    let (map1, cap) = open_segment(&fd, capacity)?;
     let (e0, e1) = (eventfd()?, eventfd()?);
     let (e0b, e1b) = (e0.try_clone()?, e1.try_clone()?);
     Ok((
-        ShmLink::new(map0, cap, 0, e0, e1b, None, "shm/a".into())?,
-        ShmLink::new(map1, cap, 1, e1, e0b, None, "shm/b".into())?,
+        ShmLink::new(
+            map0,
+            cap,
+            0,
+            e0,
+            e1b,
+            None,
+            "shm/a".into(),
+            prefault.clone(),
+        )?,
+        ShmLink::new(map1, cap, 1, e1, e0b, None, "shm/b".into(), prefault)?,
     ))
 }

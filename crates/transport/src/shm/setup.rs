@@ -121,7 +121,7 @@ impl ShmListener {
         Ok(())
     }
 
-    /// Segments of links accepted from now on are mapped prefaulted while `budget` has room
+    /// Rings of links accepted from now on are populated once busy while `budget` has room
     /// (see [`PrefaultBudget`]); `None` (the default): never.
     pub fn set_prefault(&mut self, budget: Option<Arc<PrefaultBudget>>) {
         self.prefault = budget;
@@ -257,7 +257,7 @@ impl ShmAccepting {
             .ok_or_else(|| io::Error::other("handshake already completed"))?;
         s.set_nonblocking(false)?;
         s.set_write_timeout(Some(Duration::from_secs(1)))?;
-        let (memfd, map) = create_segment(self.capacity, self.prefault.as_ref())?;
+        let (memfd, map) = create_segment(self.capacity)?;
         let (mine, theirs) = (eventfd()?, eventfd()?);
         let cap = self.capacity as u64;
         let mut r = [0u8; READY_LEN];
@@ -272,7 +272,16 @@ impl ShmAccepting {
         .map_err(ctx("sending segment", &name))?;
         // The engine names the peer in its own messages; the numbers here are handshake ids.
         let label = format!("shm @{name}");
-        ShmLink::new(map, self.capacity, 0, mine, theirs, Some(s), label)
+        ShmLink::new(
+            map,
+            self.capacity,
+            0,
+            mine,
+            theirs,
+            Some(s),
+            label,
+            self.prefault.clone(),
+        )
     }
 }
 
@@ -396,7 +405,7 @@ impl ShmConnecting {
         Ok(())
     }
 
-    /// The segment is mapped prefaulted if `budget` has room (see [`PrefaultBudget`]).
+    /// The link's rings are populated once busy if `budget` has room (see [`PrefaultBudget`]).
     pub fn set_prefault(&mut self, budget: Option<Arc<PrefaultBudget>>) {
         self.prefault = budget;
     }
@@ -513,8 +522,7 @@ impl ShmConnecting {
                             ),
                         ));
                     }
-                    let (map, cap2) =
-                        open_segment(&memfd, self.max_capacity, self.prefault.as_ref())?;
+                    let (map, cap2) = open_segment(&memfd, self.max_capacity)?;
                     if cap2 as u64 != cap {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
@@ -524,7 +532,17 @@ impl ShmConnecting {
                     let label = format!("shm @{name}");
                     let s = self.s.try_clone()?;
                     s.set_nonblocking(false)?;
-                    return ShmLink::new(map, cap2, 1, mine, theirs, Some(s), label).map(Some);
+                    return ShmLink::new(
+                        map,
+                        cap2,
+                        1,
+                        mine,
+                        theirs,
+                        Some(s),
+                        label,
+                        self.prefault.clone(),
+                    )
+                    .map(Some);
                 }
             }
         }

@@ -225,64 +225,85 @@ fn segment_checks() {
     // Unsealed or wrong-sized files are refused.
     let fd = memfd_create(c"t", MFdFlags::MFD_CLOEXEC).unwrap();
     ftruncate(&fd, (HDR + 2 * MIN_CAPACITY) as i64).unwrap();
-    let e = open_segment(&fd, MAX_CAPACITY, None).err().unwrap();
+    let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("sealed"), "{e}");
-    let (fd, map) = create_segment(MIN_CAPACITY, None).unwrap();
+    let (fd, map) = create_segment(MIN_CAPACITY).unwrap();
     map.word(OFF_CAP)
         .store(2 * MIN_CAPACITY as u64, Ordering::Relaxed);
-    let e = open_segment(&fd, MAX_CAPACITY, None).err().unwrap();
+    let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("does not match"), "{e}");
     map.word(OFF_MAGIC).store(1, Ordering::Relaxed);
-    let e = open_segment(&fd, MAX_CAPACITY, None).err().unwrap();
+    let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("magic"), "{e}");
     // A segment larger than this side accepts is refused before it is mapped.
-    let (fd, _map) = create_segment(4 * MIN_CAPACITY, None).unwrap();
-    let e = open_segment(&fd, 2 * MIN_CAPACITY, None).err().unwrap();
+    let (fd, _map) = create_segment(4 * MIN_CAPACITY).unwrap();
+    let e = open_segment(&fd, 2 * MIN_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("this side accepts"), "{e}");
-    assert!(open_segment(&fd, 4 * MIN_CAPACITY, None).is_ok());
+    assert!(open_segment(&fd, 4 * MIN_CAPACITY).is_ok());
     let r = ftruncate(&fd, 100);
     assert!(r.is_err(), "shrinking a sealed segment must fail");
 }
 
-/// Pages of `m` present in memory (mincore: a shared memfd's pages exist once touched).
-fn resident_pages(m: &Mapping) -> usize {
-    let pages = m.len.div_ceil(4096);
-    let mut v = vec![0u8; pages];
-    // SAFETY: the live mapping, page aligned; one status byte per page.
-    let r = unsafe { libc::mincore(m.ptr.as_ptr().cast(), m.len, v.as_mut_ptr()) };
-    assert_eq!(r, 0, "mincore: {}", io::Error::last_os_error());
-    v.iter().filter(|&&b| b & 1 != 0).count()
+/// Pages of [ptr, ptr + len) present in this process's page table (/proc/self/pagemap, bit 63).
+fn present_pages(ptr: *const u8, len: usize) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open("/proc/self/pagemap").unwrap();
+    let first = ptr as usize / 4096;
+    let pages = len.div_ceil(4096);
+    f.seek(SeekFrom::Start(first as u64 * 8)).unwrap();
+    let mut v = vec![0u8; pages * 8];
+    f.read_exact(&mut v).unwrap();
+    v.chunks(8)
+        .filter(|c| u64::from_le_bytes((*c).try_into().unwrap()) >> 63 == 1)
+        .count()
 }
 
 #[test]
-fn segments_are_prefaulted_while_the_budget_has_room() {
-    let cap = 16 * MIN_CAPACITY;
-    let size = HDR + 2 * cap;
-    let pages = size / 4096;
-    let budget = PrefaultBudget::new(2 * size);
-    // Both ends of one segment fit: every page there from the start, on both sides.
-    let (fd, a) = create_segment(cap, Some(&budget)).unwrap();
-    let (b, _) = open_segment(&fd, cap, Some(&budget)).unwrap();
-    assert_eq!(budget.used(), 2 * size);
-    assert_eq!((resident_pages(&a), resident_pages(&b)), (pages, pages));
-    // The next does not fit: its ring pages come as they are touched, as without a budget.
-    let (_fd2, c) = create_segment(cap, Some(&budget)).unwrap();
-    assert_eq!(budget.used(), 2 * size);
+fn busy_rings_are_populated_while_the_budget_has_room() {
+    let cap = 64 * MIN_CAPACITY;
+    let pages = cap / 4096;
+    let budget = PrefaultBudget::new(2 * cap);
+    let (mut a, mut b) = pair_with(cap, Some(budget.clone())).unwrap();
+    let (a_tx, b_rx) = (a.tx as *const u8, b.rx);
+    let mut got = vec![0u8; 4096];
+    let send = |a: &mut ShmLink, n: usize| {
+        for _ in 0..n {
+            assert_eq!(a.write_frame(&[7u8; 40], &[9u8; 8]).unwrap(), 48);
+        }
+        n as u64 * 48
+    };
+    // Below the threshold: only the pages touched so far exist.
+    let mut sent = send(&mut a, 100);
+    while b.read(&mut got).is_ok() {}
+    assert_eq!(budget.used(), 0);
     assert!(
-        resident_pages(&c) < pages / 2,
-        "{} of {pages}",
-        resident_pages(&c)
+        present_pages(a_tx, cap) < pages / 2,
+        "{}",
+        present_pages(a_tx, cap)
     );
-    // Unmapping gives the room back.
+    assert!(present_pages(b_rx, cap) < pages / 2);
+    // Past it: the writer populated the ring it writes, then the reader the ring it reads,
+    // each in its own mapping; what was read is intact.
+    sent += send(&mut a, (POPULATE_AFTER / 64) as usize);
+    assert_eq!((budget.used(), present_pages(a_tx, cap)), (cap, pages));
+    let mut total = 0;
+    while let Ok(n) = b.read(&mut got) {
+        for (i, &x) in got[..n].iter().enumerate() {
+            let at = (total + i) % 48;
+            assert_eq!(x, if at < 40 { 7 } else { 9 }, "byte {}", total + i);
+        }
+        total += n;
+    }
+    assert_eq!(total as u64 + 100 * 48, sent);
+    assert_eq!((budget.used(), present_pages(b_rx, cap)), (2 * cap, pages));
+    // No room left: another busy pair is not populated.
+    let (mut c, _d) = pair_with(cap, Some(budget.clone())).unwrap();
+    send(&mut c, (POPULATE_AFTER / 64) as usize + 1);
+    assert_eq!(budget.used(), 2 * cap);
+    assert!(present_pages(c.tx, cap) < pages / 2 + 2);
+    // A link that goes gives its room back.
     drop(a);
-    assert_eq!(budget.used(), size);
-    let (_fd3, d) = create_segment(cap, Some(&budget)).unwrap();
-    assert_eq!((budget.used(), resident_pages(&d)), (2 * size, pages));
-    // A budget of 0 never prefaults.
-    let none = PrefaultBudget::new(0);
-    let (_fd4, e) = create_segment(cap, Some(&none)).unwrap();
-    assert_eq!(none.used(), 0);
-    assert!(resident_pages(&e) < pages / 2);
+    assert_eq!(budget.used(), cap);
 }
 
 #[test]
