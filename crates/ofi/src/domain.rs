@@ -1,5 +1,5 @@
-//! The domain: one backend behind a mutex (FI_THREAD_SAFE), the table of operations in flight,
-//! and the routing of finished operations to completion queues.
+//! The domain: one backend behind the lock its threading model asks for ([`SerialLock`]), the
+//! table of operations in flight, and the routing of finished operations to completion queues.
 
 use crate::av::AvShared;
 use crate::backend::*;
@@ -137,7 +137,9 @@ impl PendingMap {
 /// on each message's one-way path through Open MPI (send, the read that serves the receive,
 /// the read that finds nothing) and two more per send completion queued. What remains is a
 /// check with plain loads and stores: a call that finds the value in use (an application
-/// breaking its promise) says so once and waits for it, best effort.
+/// breaking its promise) says so once and waits for it. Best effort only: two threads that
+/// really race can both pass the check (a load and a store, not an atomic swap), and then the
+/// application gets what breaking FI_THREAD_DOMAIN gets with any provider.
 pub struct SerialLock<T> {
     mutex: Mutex<()>,
     serial: bool,

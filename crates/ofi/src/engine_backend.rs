@@ -73,7 +73,7 @@ const PARKED_MAX_SOCKETS: usize = 1;
 /// What a CQ poll owes the engine after looking for the parked receive.
 #[derive(Clone, Copy)]
 enum Owed {
-    /// Nothing: the receive was served, or nothing arrived and nothing is in flight.
+    /// Nothing: nothing arrived and nothing is in flight.
     Nothing,
     /// A round as any poll makes ([`Engine::progress_polled`]).
     Round,
@@ -375,9 +375,7 @@ impl EngineBackend {
         }
     }
 
-    /// One poll for the first parked receive (see [`Parked`]): served, or what else this poll
-    /// owes.
-    /// Looks for the parked receives in order, serving up to `room` of them into `out`: what
+    /// Looks for the parked receives (see [`Parked`]) in order, serving up to `room` of them into `out`: what
     /// the poll owes when it served none.
     fn poll_parked(&mut self, room: usize, out: &mut Vec<Served>) -> Look {
         let Some(p) = self.parked.front() else {
@@ -787,7 +785,8 @@ impl Backend for EngineBackend {
                 out.extend(served.drain(..).map(|s| s.done()));
                 self.served = served;
                 match look {
-                    Look::Served => Owed::Nothing,
+                    // A batch that stopped on something else owes its round now.
+                    Look::Served => self.owed.take().unwrap_or(Owed::Nothing),
                     Look::Owes(o) => o,
                 }
             }

@@ -44,7 +44,7 @@ pub use setup::{
     connect, connect_with_max, listen, PeerHello, ShmAccepting, ShmConnecting, ShmListener,
 };
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU8, AtomicUsize};
 use std::sync::Arc;
 
 use std::io::{self, IoSlice};
@@ -131,8 +131,9 @@ fn check_capacity(cap: usize) -> io::Result<()> {
     }
 }
 
-/// How many bytes of rings a process populates ahead of use, shared by its listener and
-/// connectors. Without it, each page of a ring faults the first time each side touches it:
+/// How many bytes of rings an engine (a process identity: one per rank, one per libfabric
+/// domain) populates ahead of use, shared by its listener and connectors; both sides charge the
+/// pages of a ring they map. Without it, each page of a ring faults the first time each side touches it:
 /// two faults per 64 small messages through the whole first lap of a 1 MiB ring (16,384
 /// messages of 8 bytes), 0.27 against 0.19 us of one-way latency through Open MPI, which a
 /// benchmark's usual warmup of 1,000 messages does not cover. A ring is populated (each side
@@ -176,6 +177,14 @@ impl PrefaultBudget {
 /// Bytes through a ring before it is populated (see [`PrefaultBudget`]).
 pub const POPULATE_AFTER: u64 = 32 * 1024;
 
+fn page_size() -> usize {
+    // SAFETY: a plain query.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    }
+}
+
 /// A ring's share of its [`PrefaultBudget`], given back when its link goes.
 struct Prefaulted {
     budget: Arc<PrefaultBudget>,
@@ -215,6 +224,18 @@ impl Mapping {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
         })
+    }
+
+    /// Reads a byte of each `page` of [start, start + len), which maps those pages (what
+    /// MADV_POPULATE_READ does on kernels that have it).
+    fn touch(&self, start: usize, len: usize, page: usize) {
+        assert!(start + len <= self.len, "touch outside the mapping");
+        for off in (start..start + len).step_by(page) {
+            // SAFETY: inside the live mapping (checked above); an atomic read, since the peer
+            // may be writing the byte.
+            let b = unsafe { AtomicU8::from_ptr(self.ptr.as_ptr().add(off)) };
+            b.load(Ordering::Relaxed);
+        }
     }
 
     /// A header word. Only called with the constant offsets above (all < HDR, 8-aligned).
@@ -359,9 +380,10 @@ impl ShmLink {
         prefault: Option<Arc<PrefaultBudget>>,
     ) -> io::Result<ShmLink> {
         debug_assert!(side < 2 && HDR + 2 * cap <= map.len);
+        // A ring no larger than the threshold has lapped by then: every page is there already.
         let populate_at = match prefault {
-            Some(_) => POPULATE_AFTER,
-            None => u64::MAX,
+            Some(_) if cap as u64 > POPULATE_AFTER => POPULATE_AFTER,
+            _ => u64::MAX,
         };
         let base = map.ptr.as_ptr();
         // SAFETY: both ring starts are inside the mapping (HDR + 2 * cap <= len).
@@ -623,14 +645,18 @@ impl ShmLink {
         } else {
             libc::MADV_POPULATE_READ
         };
-        // SAFETY: the ring lies inside our live mapping and is page aligned (HDR and the
-        // capacity are multiples of the page size); populating changes no byte.
-        let r = unsafe { libc::madvise(ring.cast(), self.cap as usize, advice) };
-        if r != 0 {
-            for off in (0..self.cap as usize).step_by(4096) {
-                // SAFETY: as above; a volatile read of a byte of the mapping.
-                unsafe { std::ptr::read_volatile(ring.add(off)) };
-            }
+        // The ring starts HDR (4 KiB) + side * cap into the mapping: page aligned with 4 KiB
+        // pages; with larger ones, from the page holding its start (still our mapping).
+        let page = page_size();
+        let base = self.map.ptr.as_ptr() as usize;
+        let start = (ring as usize - base) / page * page;
+        let len = ring as usize - base - start + self.cap as usize;
+        // SAFETY: [start, start + len) lies inside our live mapping (the ring ends at or before
+        // its end) and starts page aligned; populating changes no byte.
+        let r = unsafe { libc::madvise((base + start) as *mut libc::c_void, len, advice) };
+        if r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            // A kernel before 5.14: a read of a byte of each page maps it.
+            self.map.touch(start, len, page);
         }
         self.populated.push(share);
     }

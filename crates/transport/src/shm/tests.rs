@@ -304,6 +304,24 @@ fn busy_rings_are_populated_while_the_budget_has_room() {
     // A link that goes gives its room back.
     drop(a);
     assert_eq!(budget.used(), cap);
+    // Rings no larger than the threshold have lapped by then: never populated.
+    let small = PrefaultBudget::new(usize::MAX);
+    let (mut e, _f) = pair_with(MIN_CAPACITY, Some(small.clone())).unwrap();
+    assert_eq!(e.tx_populate_at, u64::MAX);
+    assert!(e.write_frame(&[1u8; 40], &[2u8; 8]).is_ok());
+    assert_eq!(small.used(), 0);
+}
+
+#[test]
+fn touching_pages_maps_them_as_populate_does() {
+    // What a kernel without MADV_POPULATE_* gets instead.
+    let (_fd, m) = create_segment(16 * MIN_CAPACITY).unwrap();
+    let ring = HDR + 16 * MIN_CAPACITY;
+    let pages = 16 * MIN_CAPACITY / 4096;
+    let at = unsafe { m.ptr.as_ptr().add(ring) } as *const u8;
+    assert!(present_pages(at, 16 * MIN_CAPACITY) < pages / 2);
+    m.touch(ring, 16 * MIN_CAPACITY, 4096);
+    assert_eq!(present_pages(at, 16 * MIN_CAPACITY), pages);
 }
 
 #[test]
