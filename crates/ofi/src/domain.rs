@@ -335,22 +335,9 @@ impl DomainShared {
                 continue;
             }
             if p.report == Report::Always {
-                let mut flags = p.flags;
-                if s.data.is_some() {
-                    flags |= FI_REMOTE_CQ_DATA;
-                }
-                let f = CqFields {
-                    context: p.context,
-                    flags,
-                    len: s.len,
-                    data: s.data.unwrap_or(0),
-                    tag: if p.flags & FI_TAGGED != 0 { s.tag } else { 0 },
-                };
+                let f = fields(&p, true, s.len, s.data, s.tag);
                 // SAFETY: under the domain lock (see `Pending`).
-                let src = match s.src {
-                    Some(peer) if !p.av.is_null() => Some((unsafe { &*p.av }, peer)),
-                    _ => None,
-                };
+                let src = source(&p, s.src).map(|(av, peer)| (unsafe { &*av }, peer));
                 emit(n, &f, src);
                 n += 1;
             }
@@ -429,17 +416,23 @@ pub struct CqFields {
 }
 
 fn fields_of(p: &Pending, d: &Done) -> CqFields {
+    fields(p, d.is_recv, d.len, d.data, d.tag)
+}
+
+/// The CQ fields of an operation of `p` that finished with `len` bytes (a receive: with its
+/// message's data and tag).
+fn fields(p: &Pending, is_recv: bool, len: usize, data: Option<u64>, tag: u64) -> CqFields {
     let mut flags = p.flags;
-    if d.is_recv && d.data.is_some() {
+    if is_recv && data.is_some() {
         flags |= FI_REMOTE_CQ_DATA;
     }
     CqFields {
         context: p.context,
         flags,
-        len: d.len,
-        data: if d.is_recv { d.data.unwrap_or(0) } else { 0 },
-        tag: if d.is_recv && p.flags & FI_TAGGED != 0 {
-            d.tag
+        len,
+        data: if is_recv { data.unwrap_or(0) } else { 0 },
+        tag: if is_recv && p.flags & FI_TAGGED != 0 {
+            tag
         } else {
             0
         },
@@ -450,7 +443,12 @@ fn fields_of(p: &Pending, d: &Done) -> CqFields {
 type Src = Option<(*const AvShared, PeerId)>;
 
 fn src_of(p: &Pending, d: &Done) -> Src {
-    match d.src {
+    source(p, d.src)
+}
+
+/// The source `src` of an operation of `p`, named through its AV if it has one.
+fn source(p: &Pending, src: Option<PeerId>) -> Src {
+    match src {
         Some(peer) if !p.av.is_null() => Some((p.av, peer)),
         _ => None,
     }

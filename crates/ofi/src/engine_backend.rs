@@ -375,8 +375,8 @@ impl EngineBackend {
         }
     }
 
-    /// Looks for the parked receives (see [`Parked`]) in order, serving up to `room` of them into `out`: what
-    /// the poll owes when it served none.
+    /// Looks for the parked receives (see [`Parked`]) in order, serving up to `room` of them
+    /// into `out`: what the poll owes when it served none.
     fn poll_parked(&mut self, room: usize, out: &mut Vec<Served>) -> Look {
         let Some(p) = self.parked.front() else {
             return Look::Owes(Owed::Round);
