@@ -9,8 +9,9 @@
 //! A ring carries records: an 8-byte header word (`REC_VALID | payload length`) and the payload,
 //! starting on a 64-byte line and padded to the next (a payload under 512 bytes follows its
 //! header, a longer one starts on the next line); a record never crosses the ring's end. The
-//! producer keeps the word after its last record zero: it
-//! zeroes the next header slot, then publishes a record by storing its header (release). So the
+//! producer keeps the word after its last record zero: the next header slots are zeroed ahead
+//! of time (a few lines past the head, within what the consumer has read), and a record is
+//! published by storing its header (release). So the
 //! consumer polls the header word at its own position, on the same cache line as the first
 //! payload bytes: one cache-line transfer tells it that a small message came and carries the
 //! message, where a separate head index would cost a second, dependent one. The consumer
@@ -84,6 +85,11 @@ const REC_LEN: u64 = u32::MAX as u64;
 /// copies run between aligned addresses.
 const REC_LINE: usize = 64;
 const REC_ALIGNED: usize = 512;
+
+/// How far ahead of the head the writer keeps header slots zeroed ([`ShmLink::zero_ahead`]),
+/// and how little of it left makes it zero more: a few small records' worth, in batches.
+const ZERO_AHEAD: u64 = 16 * REC_LINE as u64;
+const ZERO_AHEAD_LOW: u64 = 4 * REC_LINE as u64;
 
 const fn align_up(n: usize) -> usize {
     (n + REC_LINE - 1) & !(REC_LINE - 1)
@@ -338,6 +344,9 @@ pub struct ShmLink {
     /// record, `rx_left` payload bytes and then `rx_pad` padding bytes remain.
     tx_head: u64,
     tx_tail_seen: u64,
+    /// Every line start from `tx_head` up to here holds a zero word (the ring starts all zero):
+    /// a record's next header slot is zeroed ahead of time, not on its publish's path.
+    tx_zeroed: u64,
     rx_tail: u64,
     rx_left: usize,
     rx_pad: usize,
@@ -410,6 +419,7 @@ impl ShmLink {
             rx,
             tx_head: 0,
             tx_tail_seen: 0,
+            tx_zeroed: cap as u64,
             rx_tail: 0,
             rx_left: 0,
             rx_pad: 0,
@@ -615,15 +625,37 @@ impl ShmLink {
     fn emit(&mut self, len: usize) {
         let off = (self.tx_head & (self.cap - 1)) as usize;
         let next = self.tx_head.wrapping_add(footprint(len) as u64);
-        self.tx_word((next & (self.cap - 1)) as usize)
-            .store(0, Ordering::Relaxed);
+        if next >= self.tx_zeroed {
+            self.tx_word((next & (self.cap - 1)) as usize)
+                .store(0, Ordering::Relaxed);
+            self.tx_zeroed = next + REC_LINE as u64;
+        }
         self.tx_word(off)
             .store(REC_VALID | len as u64, Ordering::Release);
         self.tx_head = next;
+        self.zero_ahead();
         self.wake_peer();
         if next >= self.tx_populate_at {
             self.tx_populate_at = u64::MAX;
             self.populate(self.tx, true);
+        }
+    }
+
+    /// Zeroes the header slots of the next lines, after a publish: a store waits for its
+    /// line, and stores become visible in order (x86), so a slot zeroed just before a header
+    /// holds that header back until the slot's line has come over from the reader's cache;
+    /// zeroed here, it has long arrived by the time a record ends there. Only lines the
+    /// reader is known to have read (our cached view of its tail) are touched.
+    #[inline]
+    fn zero_ahead(&mut self) {
+        if self.tx_zeroed - self.tx_head >= ZERO_AHEAD_LOW {
+            return;
+        }
+        let to = (self.tx_head + ZERO_AHEAD).min(self.tx_tail_seen + self.cap - REC_HDR as u64);
+        while self.tx_zeroed < to {
+            self.tx_word((self.tx_zeroed & (self.cap - 1)) as usize)
+                .store(0, Ordering::Relaxed);
+            self.tx_zeroed += REC_LINE as u64;
         }
     }
 

@@ -60,6 +60,52 @@ fn wraparound_with_odd_sizes() {
     assert!(a.tx_head > 40 * MIN_CAPACITY as u64, "wrapped many times");
 }
 
+/// Small records over many laps, the reader lagging by a random amount: every payload word
+/// looks like a record header, so a header slot left holding a past lap's bytes (the writer
+/// zeroes them ahead of its head, `zero_ahead`) would be read as a record and fail the check.
+#[test]
+fn small_records_over_stale_laps_with_slots_zeroed_ahead() {
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let words: Vec<u64> = (0..60_000u64).map(|i| REC_VALID | (1 + i % 300)).collect();
+    let data: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let (mut sent, mut got) = (0, Vec::new());
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut buf = vec![0u8; 700];
+    while got.len() < data.len() {
+        for _ in 0..rng(&mut seed) % 8 {
+            let len = (1 + rng(&mut seed) % 600) as usize;
+            let end = (sent + len).min(data.len());
+            let (h, p) = data[sent..end].split_at((end - sent) / 3);
+            match a.write_frame(h, p) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+            // Every line start from the head up to what is zeroed holds zero.
+            let mut at = a.tx_head;
+            while at < a.tx_zeroed {
+                assert_eq!(
+                    a.tx_word((at & (a.cap - 1)) as usize)
+                        .load(Ordering::Relaxed),
+                    0
+                );
+                at += REC_LINE as u64;
+            }
+        }
+        for _ in 0..rng(&mut seed) % 8 {
+            let want = 1 + (rng(&mut seed) % 700) as usize;
+            match b.read(&mut buf[..want]) {
+                Ok(0) => panic!("EOF"),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    assert_eq!(got, data);
+    assert!(a.tx_head > 50 * MIN_CAPACITY as u64, "wrapped many times");
+}
+
 #[test]
 fn full_ring_would_block_then_room_after_reads() {
     let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
