@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use hx_wire::{FrameHeader, FrameKind};
 
@@ -76,6 +76,36 @@ pub(crate) enum Body {
 pub(crate) struct EpQueues {
     pub posted: VecDeque<ReqId>,
     pub unexpected: VecDeque<Handle>,
+}
+
+/// The queues of each endpoint, indexed by its id: looked up on every message's path (a hash
+/// lookup was ~15 instructions, three or more per small message). Grown on first use; endpoint
+/// ids are 16 bits, so even a peer naming every one costs at most 64 Ki empty entries (4 MiB).
+#[derive(Default)]
+pub(crate) struct EpTable(Vec<EpQueues>);
+
+impl EpTable {
+    #[inline]
+    pub fn get(&self, ep: EpId) -> Option<&EpQueues> {
+        self.0.get(ep as usize)
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, ep: EpId) -> Option<&mut EpQueues> {
+        self.0.get_mut(ep as usize)
+    }
+
+    pub fn entry(&mut self, ep: EpId) -> &mut EpQueues {
+        let i = ep as usize;
+        if i >= self.0.len() {
+            self.0.resize_with(i + 1, EpQueues::default);
+        }
+        &mut self.0[i]
+    }
+
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut EpQueues> {
+        self.0.iter_mut()
+    }
 }
 
 /// Large-message data that rails pull chunk by chunk (adaptive policy).
@@ -233,7 +263,7 @@ pub struct Core<B> {
     pub(crate) peers: Vec<Peer>,
     pub(crate) reqs: Slab<Request<B>>,
     pub(crate) unexp: Slab<Unexp>,
-    pub(crate) eps: FxHashMap<EpId, EpQueues>,
+    pub(crate) eps: EpTable,
     pub(crate) dirty: Vec<Rank>,
     pub(crate) spare_bufs: Vec<Vec<u8>>,
     /// tx_round's per-rail figures (busy time, rate, rail), kept to spare an allocation a round.
@@ -325,7 +355,7 @@ impl<B: Buffer> Core<B> {
             peers,
             reqs: Slab::new(),
             unexp: Slab::new(),
-            eps: FxHashMap::default(),
+            eps: EpTable::default(),
             dirty: Vec::new(),
             spare_bufs: Vec::new(),
             round_scratch: Vec::new(),
@@ -592,7 +622,7 @@ impl<B: Buffer> Core<B> {
         // (A receive from any source posted after every peer failed waits: in an open process
         // a new peer may still come, and only the pending ones are failed, in fail_peer.)
         let dead = src.and_then(|s| self.peers[s as usize].failed.clone().map(|r| (s, r)));
-        let q = self.eps.entry(ep).or_default();
+        let q = self.eps.entry(ep);
         let found = q
             .unexpected
             .iter()
@@ -652,7 +682,7 @@ impl<B: Buffer> Core<B> {
             ReqKind::Recv(r) if r.status.is_none() => r.ep,
             _ => return None,
         };
-        let q = self.eps.get_mut(&ep)?;
+        let q = self.eps.get_mut(ep)?;
         let i = q.posted.iter().position(|&r| r == req)?;
         q.posted.remove(i);
         self.reqs.remove(req).map(|r| r.buf)
@@ -665,7 +695,7 @@ impl<B: Buffer> Core<B> {
 
     /// Is there a message that a receive with this filter would match right now?
     pub fn probe_matching(&self, ep: EpId, filter: Filter) -> Option<Status> {
-        let q = self.eps.get(&ep)?;
+        let q = self.eps.get(ep)?;
         q.unexpected.iter().find_map(|&u| {
             let m = self.unexp.get(u)?;
             filter.takes(m).then_some(Status {
@@ -684,7 +714,7 @@ impl<B: Buffer> Core<B> {
     /// or drop it with [`discard_claimed`](Self::discard_claimed).
     pub fn claim(&mut self, ep: EpId, filter: Filter) -> Option<(Handle, Status)> {
         let st = self.probe_matching(ep, filter)?;
-        let q = self.eps.get_mut(&ep)?;
+        let q = self.eps.get_mut(ep)?;
         let unexp = &self.unexp;
         let i = q
             .unexpected
@@ -1110,7 +1140,7 @@ impl<B: Buffer> Core<B> {
     /// what arrives next.
     pub fn ep_quiet(&self, ep: EpId) -> bool {
         self.eps
-            .get(&ep)
+            .get(ep)
             .is_none_or(|q| q.posted.is_empty() && q.unexpected.is_empty())
     }
 
@@ -1122,7 +1152,7 @@ impl<B: Buffer> Core<B> {
         src_ep: EpId,
         tag: u64,
     ) -> Option<ReqId> {
-        let q = self.eps.get_mut(&ep)?;
+        let q = self.eps.get_mut(ep)?;
         let reqs = &self.reqs;
         let takes = |r: ReqId| match &reqs.get(r).unwrap().kind {
             ReqKind::Recv(rv) => {
@@ -1326,8 +1356,8 @@ impl<B: Buffer> Core<B> {
     }
 }
 
-fn q_push(eps: &mut FxHashMap<EpId, EpQueues>, ep: EpId, u: Handle) {
-    eps.entry(ep).or_default().unexpected.push_back(u);
+fn q_push(eps: &mut EpTable, ep: EpId, u: Handle) {
+    eps.entry(ep).unexpected.push_back(u);
 }
 
 impl<B: Buffer> Core<B> {

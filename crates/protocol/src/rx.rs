@@ -628,11 +628,7 @@ impl<B: Buffer> Core<B> {
             return Some(Dest::Req(req));
         }
         let u = self.hold(peer, h);
-        self.eps
-            .entry(h.dst_ep)
-            .or_default()
-            .unexpected
-            .push_back(u);
+        self.eps.entry(h.dst_ep).unexpected.push_back(u);
         (h.kind == FrameKind::Eager).then_some(Dest::Unexp(u))
     }
 
