@@ -236,6 +236,19 @@ pub trait Backend: Send {
         let _ = (room, out);
         Polled::Progress
     }
+    /// Right after a [`poll_express`](Self::poll_express) that answered `Nothing`: the
+    /// doorbells ([`hx_engine::Doorbell`]) that alone decide its next answer, into `out`
+    /// (true), while nothing else touches the backend and no more than a few polls go by
+    /// (false: none that can be trusted so).
+    fn idle_bells(&self, out: &mut Vec<hx_engine::Doorbell>) -> bool {
+        out.clear();
+        false
+    }
+    /// `n` CQ reads were answered by [`idle_bells`](Self::idle_bells)' doorbells since the
+    /// last [`poll_express`](Self::poll_express): count them as polls.
+    fn idle_reads(&mut self, n: u32) {
+        let _ = n;
+    }
     /// Readable when progress() may have something to do; after progress() found nothing, it is safe to sleep in poll() on it.
     fn wait_fd(&self) -> i32;
     /// Largest message.

@@ -175,6 +175,8 @@ impl CqShared {
         let delivered_last = self.just_delivered.load(Ordering::Relaxed);
         if delivered_last {
             self.just_delivered.store(false, Ordering::Relaxed);
+        } else if self.domain.quiet(self) {
+            return Err(FI_EAGAIN);
         }
         let format = self.format;
         let drive = self

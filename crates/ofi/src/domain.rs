@@ -12,7 +12,7 @@ use libc::{c_int, c_void};
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 #[repr(C)]
@@ -26,10 +26,49 @@ pub struct DomainObj {
 
 pub struct DomainShared {
     pub state: StateLock,
+    /// Under FI_THREAD_DOMAIN, what lets an idle CQ read answer without the domain's state
+    /// (see [`IdleWatch`]).
+    idle: IdleWatch,
     pub wait_fd: i32,
     pub max_msg: usize,
     /// The application's API version (err_data rules of fi_cq_readerr depend on it).
     pub api_version: u32,
+}
+
+/// An idle CQ read (Open MPI's receive loop polls ~340 instructions a turn while it waits,
+/// 216 of them the provider's) answered from a few words: after a read found nothing to serve
+/// and the backend named the doorbells that alone decide its next look
+/// ([`Backend::idle_bells`]), the next reads of that CQ, as long as nobody has taken the
+/// domain's state since ([`SerialLock::generation`]), its queue is empty and no doorbell
+/// rang, return -FI_EAGAIN at once; after `IDLE_READS` of them a read looks as before, and
+/// tells the backend how many it answered (its every-so-often rounds count them). Only under FI_THREAD_DOMAIN, where the application
+/// serializes its calls: the fields are then only touched by one thread at a time.
+struct IdleWatch {
+    /// The state's generation the watch was taken in; 0: no watch.
+    generation: AtomicU64,
+    cq: AtomicUsize,
+    /// Reads answered by the watch, told to the backend ([`Backend::idle_reads`]) by the
+    /// next read that looks.
+    answered: AtomicU32,
+    bells: UnsafeCell<Vec<hx_engine::Doorbell>>,
+}
+
+/// Reads an [`IdleWatch`] answers before one looks as before.
+const IDLE_READS: u32 = 15;
+
+// SAFETY: `bells` is only touched under FI_THREAD_DOMAIN (by the application's one thread at a
+// time) or under the domain's state lock; its doorbells point into shared memory.
+unsafe impl Sync for IdleWatch {}
+
+impl IdleWatch {
+    fn new() -> Self {
+        IdleWatch {
+            generation: AtomicU64::new(0),
+            cq: AtomicUsize::new(0),
+            answered: AtomicU32::new(0),
+            bells: UnsafeCell::new(Vec::new()),
+        }
+    }
 }
 
 /// What a CQ read's drive ([`DomainShared::read_drive`]) leaves the read to do.
@@ -144,6 +183,8 @@ pub struct SerialLock<T> {
     mutex: Mutex<()>,
     serial: bool,
     busy: AtomicBool,
+    /// Under FI_THREAD_DOMAIN, counts the times the value was taken.
+    generation: AtomicU64,
     value: UnsafeCell<T>,
 }
 
@@ -166,6 +207,7 @@ impl<T> SerialLock<T> {
             mutex: Mutex::new(()),
             serial,
             busy: AtomicBool::new(false),
+            generation: AtomicU64::new(1),
             value: UnsafeCell::new(value),
         }
     }
@@ -173,6 +215,11 @@ impl<T> SerialLock<T> {
     /// Opened with FI_THREAD_DOMAIN: no mutex.
     pub fn is_serial(&self) -> bool {
         self.serial
+    }
+
+    /// Under FI_THREAD_DOMAIN: changes each time the value is taken (from 1 up).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     pub fn lock(&self) -> SerialGuard<'_, T> {
@@ -196,6 +243,9 @@ impl<T> SerialLock<T> {
             }
         }
         self.busy.store(true, Ordering::Relaxed);
+        // Serialized callers: a load and a store, no read-modify-write.
+        let g = self.generation.load(Ordering::Relaxed);
+        self.generation.store(g + 1, Ordering::Relaxed);
         SerialGuard {
             lock: self,
             _held: None,
@@ -244,12 +294,15 @@ pub struct DomainState {
     scratch: Vec<Done>,
     /// Receives a CQ read's poll served ([`Backend::poll_express`]).
     served: Vec<Served>,
+    /// CQ reads have been answered by an [`IdleWatch`] (said once, at debug level).
+    idle_logged: bool,
 }
 
 impl DomainShared {
     /// `serial`: the domain was opened with FI_THREAD_DOMAIN (see [`StateLock`]).
     pub fn new(backend: Box<dyn Backend>, api_version: u32, serial: bool) -> Arc<Self> {
         Arc::new(DomainShared {
+            idle: IdleWatch::new(),
             wait_fd: backend.wait_fd(),
             max_msg: backend.max_msg_size(),
             api_version,
@@ -261,6 +314,7 @@ impl DomainShared {
                     peer_refs: HashMap::default(),
                     scratch: Vec::new(),
                     served: Vec::new(),
+                    idle_logged: false,
                 },
                 serial,
             ),
@@ -311,9 +365,23 @@ impl DomainShared {
         }
         let mut served = std::mem::take(&mut st.served);
         served.clear();
+        if self.state.is_serial() {
+            let answered = self.idle.answered.load(Ordering::Relaxed);
+            if answered > 0 {
+                self.idle.answered.store(0, Ordering::Relaxed);
+                st.backend.idle_reads(answered);
+                if !st.idle_logged {
+                    st.idle_logged = true;
+                    tracing::debug!("hxcomm: idle CQ reads were answered without the domain");
+                }
+            }
+        }
         match st.backend.poll_express(room, &mut served) {
             Polled::Nothing => {
                 st.served = served;
+                if self.state.is_serial() {
+                    self.watch_idle(st, cq);
+                }
                 return Ok(Drive::Empty);
             }
             // Something finished or a round is owed: the general path.
@@ -348,6 +416,51 @@ impl DomainShared {
         } else {
             Drive::Queue
         })
+    }
+
+    /// After a read of `cq` found nothing (FI_THREAD_DOMAIN, under the state): takes the
+    /// backend's doorbells as the [`IdleWatch`] for the next reads, if it has them.
+    fn watch_idle(&self, st: &DomainState, cq: &CqShared) {
+        // SAFETY: FI_THREAD_DOMAIN; the caller holds the state, and `quiet` (the other user)
+        // runs in the application's calls, which it serializes with this one.
+        let bells = unsafe { &mut *self.idle.bells.get() };
+        if st.backend.idle_bells(bells) {
+            self.idle
+                .generation
+                .store(self.state.generation(), Ordering::Relaxed);
+            self.idle
+                .cq
+                .store(cq as *const CqShared as usize, Ordering::Relaxed);
+        } else {
+            self.idle.generation.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// May a read of `cq` that does not follow a delivery return -FI_EAGAIN without looking
+    /// further (see [`IdleWatch`])?
+    #[inline]
+    pub fn quiet(&self, cq: &CqShared) -> bool {
+        let w = &self.idle;
+        if !self.state.is_serial()
+            || w.generation.load(Ordering::Relaxed) != self.state.generation()
+            || w.cq.load(Ordering::Relaxed) != cq as *const CqShared as usize
+            || !cq.queue_empty()
+        {
+            return false;
+        }
+        let answered = w.answered.load(Ordering::Relaxed);
+        if answered >= IDLE_READS {
+            return false;
+        }
+        // SAFETY: FI_THREAD_DOMAIN (see `watch_idle`). Nobody has taken the state since the
+        // watch was made (same generation), so the backend has not touched the links the
+        // doorbells belong to, nor closed them (closing takes the state).
+        let bells = unsafe { &*w.bells.get() };
+        if bells.iter().any(|d| unsafe { d.rung() }) {
+            return false;
+        }
+        w.answered.store(answered + 1, Ordering::Relaxed);
+        true
     }
 
     fn drive(

@@ -381,12 +381,13 @@ impl EngineBackend {
         let Some(p) = self.parked.front() else {
             return Look::Owes(Owed::Round);
         };
-        self.parked_polls = self.parked_polls.wrapping_add(1);
-        if self.parked_polls.is_multiple_of(PARKED_FULL_ROUND)
-            && self.sockets_polled.elapsed() >= PARKED_SOCKET_INTERVAL
-        {
-            self.sockets_polled = Instant::now();
-            return Look::Owes(Owed::FullRound);
+        self.parked_polls += 1;
+        if self.parked_polls >= PARKED_FULL_ROUND {
+            self.parked_polls = 0;
+            if self.sockets_polled.elapsed() >= PARKED_SOCKET_INTERVAL {
+                self.sockets_polled = Instant::now();
+                return Look::Owes(Owed::FullRound);
+            }
         }
         if self.watch_op == Some(p.op)
             // SAFETY: the watch is dropped by every mutable use of the engine (eng_mut), so
@@ -828,6 +829,21 @@ impl Backend for EngineBackend {
                 Polled::Progress
             }
         }
+    }
+
+    fn idle_reads(&mut self, n: u32) {
+        self.parked_polls = self.parked_polls.saturating_add(n);
+    }
+
+    fn idle_bells(&self, out: &mut Vec<hx_engine::Doorbell>) -> bool {
+        out.clear();
+        let watched = self.owed.is_none()
+            && self.watch_op.is_some()
+            && self.parked.front().map(|p| p.op) == self.watch_op;
+        if watched {
+            out.extend_from_slice(&self.watch);
+        }
+        watched
     }
 
     fn collect(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {

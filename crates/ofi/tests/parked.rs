@@ -3,7 +3,8 @@
 //! keeps every matching rule of a posted one (order, probe, cancel, truncation, rendezvous,
 //! messages that came first, another tag ahead in the ring, a send in flight, zero-length, CQ
 //! data and source, a window of receives held at once, a peer that dies), and that the path was
-//! taken at all, as was the doorbell that answers an idle poll without the engine.
+//! taken at all, as was the doorbell that answers an idle poll without the engine (and, with
+//! FI_THREAD_DOMAIN, without the domain's state).
 
 mod common;
 
@@ -33,6 +34,11 @@ fn parked_receives_keep_the_matching_rules() {
     // Waiting for a message, polls looked at the rings' doorbells alone (at least one process).
     assert!(
         text.contains("an idle poll was answered by the rings' doorbells"),
+        "{text}"
+    );
+    // ... and most such reads did not even take the domain's state (FI_THREAD_DOMAIN).
+    assert!(
+        text.contains("idle CQ reads were answered without the domain"),
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);
