@@ -689,6 +689,27 @@ impl Engine {
         self.start_send_with(ep, dst, dst_ep, tag, data, buf)
     }
 
+    /// As [`isend_with`](Self::isend_with), completing only once the receiver holds the
+    /// message (matched, its data in the receive buffer: Core::send_delivered), whatever its
+    /// size: libfabric's FI_DELIVERY_COMPLETE.
+    ///
+    /// # Safety
+    /// As [`isend_with`](Self::isend_with).
+    pub unsafe fn isend_delivered(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        buf: EngineBuf,
+    ) -> Result<Request, Error> {
+        self.check_ep(ep)?;
+        let req = self.core.send_delivered(dst, ep, dst_ep, tag, data, buf)?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
     /// Starts a receive of what `filter` takes (source, source endpoint, tag with ignore mask).
     ///
     /// # Safety

@@ -170,6 +170,18 @@ pub trait Backend: Send {
     /// # Safety
     /// A Borrowed buffer stays valid until the op completes.
     unsafe fn send(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError>;
+    /// As [`send`](Self::send), completing only once the receiver holds the message
+    /// (FI_DELIVERY_COMPLETE). A backend that cannot says so (-FI_ENOSYS).
+    ///
+    /// # Safety
+    /// As [`send`](Self::send).
+    unsafe fn send_delivered(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError> {
+        let _ = (to, buf);
+        Err(BackendError::new(
+            crate::sys::FI_ENOSYS,
+            "delivery-complete sends are not supported by this backend",
+        ))
+    }
     /// # Safety
     /// The buffer stays valid until the op completes or is cancelled.
     #[allow(clippy::too_many_arguments)]

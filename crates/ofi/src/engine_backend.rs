@@ -618,6 +618,22 @@ impl Backend for EngineBackend {
         Ok(self.track(req, send_op(req)))
     }
 
+    unsafe fn send_delivered(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError> {
+        let buf = match buf {
+            SendBuf::Borrowed { ptr, len } => EngineBuf::Raw {
+                ptr: ptr as *mut u8,
+                len,
+            },
+            SendBuf::Owned(v) => EngineBuf::Owned(v),
+        };
+        let r = self.route(&to)?;
+        let req = self
+            .eng_mut()
+            .isend_delivered(r.ep, r.rank, r.dst_ep, r.tag, to.data, buf)
+            .map_err(|e| err(FI_EINVAL, e))?;
+        Ok(self.track(req, send_op(req)))
+    }
+
     fn inject(&mut self, to: SendTo, copy: Vec<u8>) -> Result<Option<OpId>, BackendError> {
         // SAFETY: an owned buffer has no lifetime to keep.
         let req = unsafe { self.start_send(to, EngineBuf::Owned(copy)) }?;

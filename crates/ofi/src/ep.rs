@@ -462,10 +462,13 @@ impl EpObj {
         } else {
             std::slice::from_raw_parts(a.buf, a.len)
         };
-        if st.backend.inject_now(&to, data).map_err(|e| {
-            warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
-            e.errno
-        })? {
+        let delivered = flags & FI_DELIVERY_COMPLETE != 0;
+        if !delivered
+            && st.backend.inject_now(&to, data).map_err(|e| {
+                warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
+                e.errno
+            })?
+        {
             if report == Report::Always {
                 if let Some(cq) = &b.tx_cq {
                     cq.push(Entry {
@@ -489,7 +492,12 @@ impl EpObj {
                 len: a.len,
             }
         };
-        let op = st.backend.send(to, buf).map_err(|e| {
+        let sent = if delivered {
+            st.backend.send_delivered(to, buf)
+        } else {
+            st.backend.send(to, buf)
+        };
+        let op = sent.map_err(|e| {
             warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
             e.errno
         })?;

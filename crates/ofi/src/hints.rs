@@ -66,8 +66,10 @@ const IGNORED_RX_CAPS: u64 = FI_READ
     | FI_REMOTE_CQ_DATA;
 pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// Inject-complete is what every send gives (the bytes are copied or on their way when the call
-/// returns). Transmit/delivery-complete semantics depend on the engine: not claimed.
-pub const TX_OP_FLAGS: u64 = FI_COMPLETION | FI_INJECT_COMPLETE;
+/// returns). Delivery-complete, asked for as a default or per send, makes a send complete once
+/// the receiver holds the message (it goes by rendezvous: matched, its data in the receive
+/// buffer; Open MPI's btl/ofi asks for it). Transmit-complete is not claimed.
+pub const TX_OP_FLAGS: u64 = FI_COMPLETION | FI_INJECT_COMPLETE | FI_DELIVERY_COMPLETE;
 pub const RX_OP_FLAGS: u64 = FI_COMPLETION;
 /// Per pair, messages are matched in the order they were sent. RAR/RAW/WAR/WAW concern RMA.
 pub const MSG_ORDER: u64 = FI_ORDER_SAS;
@@ -894,7 +896,7 @@ mod tests {
                 "rma_iov_limit",
             ),
             (
-                |h| h.tx.as_mut().unwrap().op_flags = FI_DELIVERY_COMPLETE,
+                |h| h.tx.as_mut().unwrap().op_flags = FI_TRANSMIT_COMPLETE,
                 "op_flags",
             ),
             (

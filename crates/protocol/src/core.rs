@@ -475,6 +475,36 @@ impl<B: Buffer> Core<B> {
         data: Option<u64>,
         buf: B,
     ) -> Result<ReqId, ProtoError> {
+        self.start_send(peer, src_ep, dst_ep, tag, data, buf, false)
+    }
+
+    /// As [`send_with_data`](Self::send_with_data), completing only once the receiver holds
+    /// the message: whatever its size it goes by rendezvous, so the request completes after
+    /// the receiver matched it and acknowledged its data in the receive buffer (libfabric's
+    /// FI_DELIVERY_COMPLETE, kept more strictly: a message nobody receives never completes).
+    pub fn send_delivered(
+        &mut self,
+        peer: Rank,
+        src_ep: EpId,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        buf: B,
+    ) -> Result<ReqId, ProtoError> {
+        self.start_send(peer, src_ep, dst_ep, tag, data, buf, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_send(
+        &mut self,
+        peer: Rank,
+        src_ep: EpId,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        buf: B,
+        rendezvous: bool,
+    ) -> Result<ReqId, ProtoError> {
         self.check_peer(peer)?;
         let len = buf.as_slice().len();
         if len > u32::MAX as usize * 16 {
@@ -520,7 +550,8 @@ impl<B: Buffer> Core<B> {
         let rail = self.pick_rail_for(peer, len);
         let p = &mut self.peers[peer as usize];
         let cost = len as u64 + crate::EAGER_OVERHEAD;
-        let eager = len <= self.cfg.eager_limit
+        let eager = !rendezvous
+            && len <= self.cfg.eager_limit
             && p.credit_used + cost <= self.cfg.eager_credits as u64 + p.credit_granted;
         if eager {
             p.credit_used += cost;

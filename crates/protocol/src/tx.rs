@@ -1359,6 +1359,72 @@ mod inline_tests {
         }
     }
 
+    /// Everything `c` has queued for `peer` on rail 0, as written.
+    fn drain_to(c: &mut Core<Vec<u8>>, peer: Rank) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let mut iov = [IoSlice::new(&[]); 8];
+            let n = c.tx_iovecs(peer, 0, &mut iov);
+            if n == 0 {
+                return out;
+            }
+            let len: usize = iov[..n].iter().map(|s| s.len()).sum();
+            for s in &iov[..n] {
+                out.extend_from_slice(s);
+            }
+            c.tx_done(peer, 0, len);
+        }
+    }
+
+    /// Hands `bytes` to `c` as if read from `peer` on rail 0.
+    fn deliver_from(c: &mut Core<Vec<u8>>, peer: Rank, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let space = c.rx_space(peer, 0);
+            let n = space.len().min(bytes.len());
+            space[..n].copy_from_slice(&bytes[..n]);
+            c.rx_done(peer, 0, n).unwrap();
+            bytes = &bytes[n..];
+        }
+    }
+
+    #[test]
+    fn a_delivered_send_completes_only_once_the_receiver_holds_it() {
+        for len in [0usize, 5, 40_000] {
+            let (mut a, mut b) = pair();
+            let body: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let s = a.send_delivered(1, 0, 0, 5, Some(7), body.clone()).unwrap();
+            // Even a small message asks first: the receiver has posted nothing.
+            deliver(&mut b, &drain(&mut a));
+            assert!(
+                a.is_pending(s),
+                "{len} B: complete before the receiver took it"
+            );
+            assert!(
+                drain_to(&mut b, 0).is_empty(),
+                "{len} B: answered without a receive"
+            );
+            deliver_from(&mut a, 1, &drain_to(&mut b, 0));
+            assert!(a.is_pending(s));
+            // A receive: the message is matched, its data sent and placed, then the send is done.
+            let r = b.recv(0, Some(0), None, vec![0; 65_536]).unwrap();
+            for _ in 0..4 {
+                deliver_from(&mut a, 1, &drain_to(&mut b, 0));
+                deliver(&mut b, &drain(&mut a));
+            }
+            let (c, buf) = b.take(r).unwrap();
+            let Completion::Done(st) = c else {
+                panic!("{len} B: receive not done: {c:?}");
+            };
+            assert_eq!((st.tag, st.len, st.data), (5, len, Some(7)));
+            assert_eq!(&buf[..len], &body[..]);
+            let (c, _) = a.take(s).unwrap();
+            assert!(
+                matches!(c, Completion::Done(st) if st.len == len),
+                "{len} B: {c:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_cut_off_inline_send_is_finished_from_the_queue_and_keeps_its_place() {
         let (mut a, mut b) = pair();
