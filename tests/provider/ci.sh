@@ -3,7 +3,8 @@
 #  1. fabtests 1.17 (built from ../shared/fabtests-1.17.0 into target/fabtests unless
 #     FABTESTS_BIN points at an installed copy) on this host, and between two testbed hosts;
 #  2. Open MPI 4.1 (pml cm, mtl ofi, provider hxcomm): tests/mpi/correctness.c and
-#     correctness.py on this host (4 ranks) and on 2 and 4 testbed hosts;
+#     correctness.py on this host (4 ranks) and on 2 and 4 testbed hosts; correctness.c
+#     once more under pml ob1 with btl ofi in its two-sided mode (delivery-complete sends);
 #  3. 64 ranks on this host over 4 loopback TCP rails: an all-to-all right after MPI_Init.
 # Needs root (network namespaces), libfabric-dev/-bin, openmpi-bin/libopenmpi-dev,
 # python3-mpi4py, autoconf/automake/libtool. Prints each stage's time.
@@ -60,6 +61,12 @@ mkdir -p "$out"
 OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_mtl_ofi_provider_include=hxcomm HXMPI_TRUNC_LARGE=1 \
   tests/mpi/run-local.sh "$out" 4
 mpicc -O2 -Wall -Wextra -Werror -o "$out/alltoall" tests/mpi/alltoall.c
+echo "stage time $((SECONDS - t)) s"
+
+stage "Open MPI's ob1 over btl/ofi (two-sided: delivery-complete sends) + hxcomm on one host (4 ranks)"
+t=$SECONDS
+OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,ofi OMPI_MCA_btl_ofi_mode=1 OMPI_MCA_btl_ofi_provider_include=hxcomm \
+  HXMPI_PROGRAMS=c tests/mpi/run-local.sh "$out/ob1" 4
 echo "stage time $((SECONDS - t)) s"
 
 # Open MPI's launcher (orted started through the rsh agent) now and then fails to wire up its
