@@ -796,6 +796,24 @@ impl Engine {
         self.core.detach(req.0)
     }
 
+    /// A send still in flight whose caller is going away (its libfabric endpoint closes): a
+    /// borrowed buffer becomes the request's own copy, and the request is detached, so the
+    /// message still leaves whole (a receiver may match it later) and nothing reads the
+    /// caller's memory after this returns. False for a finished or unknown request, or without
+    /// finished-request tracking.
+    ///
+    /// # Safety
+    /// A `Raw` buffer of `req` is still valid now (the caller's promise until it returns).
+    pub unsafe fn orphan_send(&mut self, req: Request) -> bool {
+        let Some(buf) = self.core.pending_send_buf_mut(req.0) else {
+            return false;
+        };
+        if let EngineBuf::Raw { .. } = buf {
+            *buf = EngineBuf::Owned(buf.as_slice().to_vec());
+        }
+        self.core.detach(req.0)
+    }
+
     /// A finished request's outcome and buffer, releasing it; `None` while it is pending (or
     /// unknown). Unlike `wait`, a truncated receive is `Ok` with `truncated` set.
     pub fn take_request(&mut self, req: Request) -> Option<(Result<Status, Error>, EngineBuf)> {

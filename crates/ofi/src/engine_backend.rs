@@ -32,8 +32,9 @@ struct Op {
     cap: usize,
     /// A discard: completes silently.
     discard: bool,
-    /// The fi endpoint of a receive still to be matched (closing it cancels the receive);
-    /// `NO_EP` for sends and claimed messages.
+    /// The fi endpoint of a receive still to be matched (closing it cancels the receive) or
+    /// of a send (closing it gives the send a copy of its buffer); `NO_EP` for claimed
+    /// messages.
     ep: u16,
 }
 
@@ -528,13 +529,13 @@ fn failed_op(op: OpId, is_recv: bool, e: impl std::fmt::Display) -> Done {
 }
 
 /// What a send is tracked as.
-fn send_op(req: Request) -> Op {
+fn send_op(req: Request, ep: u16) -> Op {
     Op {
         id: req.to_u64(),
         is_recv: false,
         cap: 0,
         discard: false,
-        ep: NO_EP,
+        ep,
     }
 }
 
@@ -582,6 +583,22 @@ impl Backend for EngineBackend {
                 }
             }
         }
+        // Sends still in flight (a rendezvous waiting for its receiver, a delivery-complete
+        // send) keep going on a copy of their buffer, reported to nobody: the application may
+        // free it once the endpoint is closed.
+        let sending: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, o)| !o.is_recv && o.ep == ep)
+            .map(|(&req, _)| req)
+            .collect();
+        for req in sending {
+            // SAFETY: fi_send's buffer is valid until the send completes or its endpoint is
+            // closed, which is now.
+            if unsafe { self.eng_mut().orphan_send(Request::from_u64(req)) } {
+                self.ops.remove(&req);
+            }
+        }
         self.eng_mut()
             .close_endpoint(engine_eps(ep, true))
             .and_then(|_| self.eng_mut().close_endpoint(engine_eps(ep, false)))
@@ -615,7 +632,7 @@ impl Backend for EngineBackend {
             SendBuf::Owned(v) => EngineBuf::Owned(v),
         };
         let req = self.start_send(to, buf)?;
-        Ok(self.track(req, send_op(req)))
+        Ok(self.track(req, send_op(req, to.ep)))
     }
 
     unsafe fn send_delivered(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError> {
@@ -631,7 +648,7 @@ impl Backend for EngineBackend {
             .eng_mut()
             .isend_delivered(r.ep, r.rank, r.dst_ep, r.tag, to.data, buf)
             .map_err(|e| err(FI_EINVAL, e))?;
-        Ok(self.track(req, send_op(req)))
+        Ok(self.track(req, send_op(req, to.ep)))
     }
 
     fn inject(&mut self, to: SendTo, copy: Vec<u8>) -> Result<Option<OpId>, BackendError> {
@@ -642,7 +659,7 @@ impl Backend for EngineBackend {
         if self.eng_mut().detach(req) {
             return Ok(None);
         }
-        Ok(Some(self.track(req, send_op(req))))
+        Ok(Some(self.track(req, send_op(req, to.ep))))
     }
 
     fn inject_now(&mut self, to: &SendTo, data: &[u8]) -> Result<bool, BackendError> {

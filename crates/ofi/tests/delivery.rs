@@ -1,6 +1,7 @@
 //! tests/c/delivery.c: FI_DELIVERY_COMPLETE sends (as Open MPI's btl/ofi asks for them) complete
-//! only once the receiver holds the message, at 0 and 8 bytes and 1 MiB; a send without the
-//! flag on the same endpoint completes without a receive.
+//! only once the receiver holds the message, at 0 and 8 bytes and 16 KiB; a send without the
+//! flag on the same endpoint completes without a receive; an endpoint closed with such a send
+//! in flight lets it finish on a copy of its buffer (the sender frees the original).
 
 mod common;
 

@@ -479,9 +479,13 @@ impl<B: Buffer> Core<B> {
     }
 
     /// As [`send_with_data`](Self::send_with_data), completing only once the receiver holds
-    /// the message: whatever its size it goes by rendezvous, so the request completes after
-    /// the receiver matched it and acknowledged its data in the receive buffer (libfabric's
-    /// FI_DELIVERY_COMPLETE, kept more strictly: a message nobody receives never completes).
+    /// the message (libfabric's FI_DELIVERY_COMPLETE): whatever its size it goes by
+    /// rendezvous, so the request completes after the receiver matched it and its data is
+    /// there: acknowledged in the receive buffer over a socket rail, copied into it directly
+    /// between ranks of a host, or (a host's ring without direct copies) written into the
+    /// receiver's ring behind the match. Stricter than libfabric asks: a message nobody
+    /// receives never completes. A send to this very rank is held as a message that came, and
+    /// completes at once.
     pub fn send_delivered(
         &mut self,
         peer: Rank,
@@ -842,6 +846,14 @@ impl<B: Buffer> Core<B> {
     /// Gives up interest in `req` (a send whose buffer it owns, as fi_inject's copy): it is
     /// freed when it finishes, never reported. Needs tracking on (the finished list is where it
     /// is freed); returns false, changing nothing, without it or for an unknown request.
+    /// The buffer of a send still in flight (None for a receive, a finished or an unknown
+    /// request): its owner may swap it for an identical one it owns.
+    pub fn pending_send_buf_mut(&mut self, req: ReqId) -> Option<&mut B> {
+        let r = self.reqs.get_mut(req)?;
+        (r.completion == Completion::Pending && matches!(r.kind, ReqKind::Send(_)))
+            .then_some(&mut r.buf)
+    }
+
     pub fn detach(&mut self, req: ReqId) -> bool {
         if self.finished.is_none() {
             return false;

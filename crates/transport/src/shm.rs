@@ -438,7 +438,9 @@ impl ShmLink {
             populated: Vec::new(),
         };
         // Our own words start at zero (the tail we publish, the first header slot of the ring
-        // we write); the peer must not have touched them.
+        // we write); the peer must not have touched them. The first lap relies on the whole
+        // ring we write being zero (tx_zeroed = cap): a fresh memfd is; a peer that dirtied it
+        // first only garbles what it reads itself.
         if link.map.word(off_tail(1 - side)).load(Ordering::Relaxed) != 0
             || link.tx_word(0).load(Ordering::Relaxed) != 0
         {
@@ -620,8 +622,9 @@ impl ShmLink {
         true
     }
 
-    /// Publishes a record of `len` payload bytes already copied behind our head: zero the
-    /// next header slot first, then store this header (release), then wake a sleeping reader.
+    /// Publishes a record of `len` payload bytes already copied behind our head: the next
+    /// header slot is zero (zeroed ahead, or here if the zeroed run is used up), then this
+    /// header is stored (release), more slots are zeroed ahead, and a sleeping reader woken.
     fn emit(&mut self, len: usize) {
         let off = (self.tx_head & (self.cap - 1)) as usize;
         let next = self.tx_head.wrapping_add(footprint(len) as u64);
