@@ -529,6 +529,17 @@ fn failed_op(op: OpId, is_recv: bool, e: impl std::fmt::Display) -> Done {
 }
 
 /// What a send is tracked as.
+/// The engine's view of a send's buffer: a borrowed one stays the application's.
+fn engine_buf(buf: SendBuf) -> EngineBuf {
+    match buf {
+        SendBuf::Borrowed { ptr, len } => EngineBuf::Raw {
+            ptr: ptr as *mut u8,
+            len,
+        },
+        SendBuf::Owned(v) => EngineBuf::Owned(v),
+    }
+}
+
 fn send_op(req: Request, ep: u16) -> Op {
     Op {
         id: req.to_u64(),
@@ -624,29 +635,15 @@ impl Backend for EngineBackend {
     }
 
     unsafe fn send(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError> {
-        let buf = match buf {
-            SendBuf::Borrowed { ptr, len } => EngineBuf::Raw {
-                ptr: ptr as *mut u8,
-                len,
-            },
-            SendBuf::Owned(v) => EngineBuf::Owned(v),
-        };
-        let req = self.start_send(to, buf)?;
+        let req = self.start_send(to, engine_buf(buf))?;
         Ok(self.track(req, send_op(req, to.ep)))
     }
 
     unsafe fn send_delivered(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError> {
-        let buf = match buf {
-            SendBuf::Borrowed { ptr, len } => EngineBuf::Raw {
-                ptr: ptr as *mut u8,
-                len,
-            },
-            SendBuf::Owned(v) => EngineBuf::Owned(v),
-        };
         let r = self.route(&to)?;
         let req = self
             .eng_mut()
-            .isend_delivered(r.ep, r.rank, r.dst_ep, r.tag, to.data, buf)
+            .isend_delivered(r.ep, r.rank, r.dst_ep, r.tag, to.data, engine_buf(buf))
             .map_err(|e| err(FI_EINVAL, e))?;
         Ok(self.track(req, send_op(req, to.ep)))
     }
