@@ -689,9 +689,8 @@ impl Engine {
         self.start_send_with(ep, dst, dst_ep, tag, data, buf)
     }
 
-    /// As [`isend_with`](Self::isend_with), completing only once the receiver holds the
-    /// message (matched, its data in the receive buffer: Core::send_delivered), whatever its
-    /// size: libfabric's FI_DELIVERY_COMPLETE.
+    /// As [`isend_with`](Self::isend_with), completing only once the receiver has the message
+    /// (Core::send_delivered): libfabric's FI_DELIVERY_COMPLETE.
     ///
     /// # Safety
     /// As [`isend_with`](Self::isend_with).

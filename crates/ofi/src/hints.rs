@@ -67,8 +67,8 @@ const IGNORED_RX_CAPS: u64 = FI_READ
 pub const DOMAIN_CAPS: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// Inject-complete is what every send gives (the bytes are copied or on their way when the call
 /// returns). Delivery-complete, asked for as a default or per send, makes a send complete once
-/// the receiver holds the message (it goes by rendezvous: matched, its data in the receive
-/// buffer; Open MPI's btl/ofi asks for it). Transmit-complete is not claimed.
+/// the receiver has the message (Core::send_delivered; Open MPI's btl/ofi asks for it).
+/// Transmit-complete is not claimed.
 pub const TX_OP_FLAGS: u64 = FI_COMPLETION | FI_INJECT_COMPLETE | FI_DELIVERY_COMPLETE;
 pub const RX_OP_FLAGS: u64 = FI_COMPLETION;
 /// Per pair, messages are matched in the order they were sent. RAR/RAW/WAR/WAW concern RMA.

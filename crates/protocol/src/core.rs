@@ -28,6 +28,19 @@ pub(crate) struct SendState {
     pub peer: Rank,
     /// Rendezvous payload bytes the receiver has not acknowledged yet.
     pub unacked: usize,
+    /// An eager send that completes once the receiver says it has the message.
+    pub delivery: Delivery,
+}
+
+/// Where an eager send that waits for the receiver's word (a delivery-complete send) stands:
+/// it completes once it is both sent (written, or acknowledged on a lossy rail) and told.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Delivery {
+    /// A send that does not wait for it.
+    NotAsked,
+    Waiting,
+    Sent,
+    Told,
 }
 
 pub(crate) struct RecvState {
@@ -185,6 +198,9 @@ pub(crate) struct Peer {
     /// Arrivals ahead of `rx_seq`, held until their turn.
     pub reorder: BTreeMap<u64, Handle>,
     pub wait_cts: HashMap<u64, ReqId>,
+    /// Eager delivery-complete sends by sequence number, waiting for the receiver's word:
+    /// (request, source endpoint, tag).
+    pub delivery_wait: HashMap<u64, (ReqId, EpId, u64)>,
     pub rdv_recv: HashMap<u64, ReqId>,
     /// Rendezvous receives (by seq) whose buffer was offered for a direct copy: only these may
     /// be completed by a FIN.
@@ -238,6 +254,7 @@ impl Peer {
             rx_seq: 0,
             reorder: BTreeMap::new(),
             wait_cts: HashMap::new(),
+            delivery_wait: HashMap::new(),
             rdv_recv: HashMap::new(),
             direct_granted: HashSet::new(),
             pull_q: VecDeque::new(),
@@ -478,13 +495,12 @@ impl<B: Buffer> Core<B> {
         self.start_send(peer, src_ep, dst_ep, tag, data, buf, false)
     }
 
-    /// As [`send_with_data`](Self::send_with_data), completing only once the receiver holds
-    /// the message (libfabric's FI_DELIVERY_COMPLETE): whatever its size it goes by
-    /// rendezvous, so the request completes after the receiver matched it and its data is
-    /// there: acknowledged in the receive buffer over a socket rail, copied into it directly
-    /// between ranks of a host, or (a host's ring without direct copies) written into the
-    /// receiver's ring behind the match. Stricter than libfabric asks: a message nobody
-    /// receives never completes. A send to this very rank is held as a message that came, and
+    /// As [`send_with_data`](Self::send_with_data), completing only once the receiver has
+    /// the message (libfabric's FI_DELIVERY_COMPLETE): an eager one carries
+    /// [`FLAG_DELIVERY`](hx_wire::FLAG_DELIVERY) and completes when the receiver's
+    /// [`Delivered`](FrameKind::Delivered) comes back (it has taken the message into a receive
+    /// or holds it until one comes); a rendezvous one completes, as always, once its data is in
+    /// the receive buffer. A send to this very rank is held as a message that came, and
     /// completes at once.
     pub fn send_delivered(
         &mut self,
@@ -507,7 +523,7 @@ impl<B: Buffer> Core<B> {
         tag: u64,
         data: Option<u64>,
         buf: B,
-        rendezvous: bool,
+        delivery: bool,
     ) -> Result<ReqId, ProtoError> {
         self.check_peer(peer)?;
         let len = buf.as_slice().len();
@@ -519,7 +535,11 @@ impl<B: Buffer> Core<B> {
         let req = self.reqs.insert(Request {
             detached: false,
             buf,
-            kind: ReqKind::Send(SendState { peer, unacked: len }),
+            kind: ReqKind::Send(SendState {
+                peer,
+                unacked: len,
+                delivery: Delivery::NotAsked,
+            }),
             completion: Completion::Pending,
         });
         if let Some(reason) = &self.peers[peer as usize].failed {
@@ -554,14 +574,26 @@ impl<B: Buffer> Core<B> {
         let rail = self.pick_rail_for(peer, len);
         let p = &mut self.peers[peer as usize];
         let cost = len as u64 + crate::EAGER_OVERHEAD;
-        let eager = !rendezvous
-            && len <= self.cfg.eager_limit
+        let eager = len <= self.cfg.eager_limit
             && p.credit_used + cost <= self.cfg.eager_credits as u64 + p.credit_granted;
         if eager {
             p.credit_used += cost;
         }
         if eager {
             h.payload_len = len as u32;
+            if delivery {
+                h.flags |= hx_wire::FLAG_DELIVERY;
+                self.peers[peer as usize]
+                    .delivery_wait
+                    .insert(seq, (req, src_ep, tag));
+                if let Some(Request {
+                    kind: ReqKind::Send(s),
+                    ..
+                }) = self.reqs.get_mut(req)
+                {
+                    s.delivery = Delivery::Waiting;
+                }
+            }
             self.enqueue_on(
                 peer,
                 rail,
@@ -900,6 +932,7 @@ impl<B: Buffer> Core<B> {
         p.incomplete.clear();
         p.pull_q.clear();
         p.wait_cts.clear();
+        p.delivery_wait.clear();
         p.rdv_recv.clear();
         p.direct_granted.clear();
         let held: Vec<Handle> = std::mem::take(&mut p.reorder).into_values().collect();
@@ -1421,6 +1454,12 @@ impl<B: Buffer> Core<B> {
                 p.pull_q.len(),
                 p.parked.len()
             );
+            s += &format!(
+                " delivery_wait {:?} credit used {} granted {}",
+                p.delivery_wait.keys().collect::<Vec<_>>(),
+                p.credit_used,
+                p.credit_granted
+            );
             for (r, rail) in p.rails.iter().enumerate() {
                 s += &format!(
                     " rail{r}(up {} q {} log {} acked {} logged {} rcvd {} ack_sent {} ackq {})",
@@ -1441,7 +1480,13 @@ impl<B: Buffer> Core<B> {
             .iter()
             .filter(|(_, r)| r.completion == Completion::Pending)
             .map(|(_, r)| match &r.kind {
-                ReqKind::Send(st) => format!("send(peer {} unacked {})", st.peer, st.unacked),
+                ReqKind::Send(st) => format!(
+                    "send(peer {} len {} unacked {} delivery {:?})",
+                    st.peer,
+                    r.buf.as_slice().len(),
+                    st.unacked,
+                    st.delivery
+                ),
                 ReqKind::Recv(rv) => format!(
                     "recv(ep {} src {:?} tag {:?} matched {} unreceived {})",
                     rv.ep,

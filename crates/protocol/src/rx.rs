@@ -38,6 +38,7 @@ fn msg_of(peer: crate::Rank, h: &FrameHeader) -> crate::Status {
 
 use crate::core::{Body, ReqKind, Unexp};
 use crate::slab::Handle;
+use crate::tx::{Body as TxBody, TxItem};
 use crate::{Buffer, Completion, Core, EpId, Filter, ProtoError, Rank, ReqId};
 
 /// Payloads at least this long are read directly into their destination.
@@ -263,7 +264,12 @@ impl<B: Buffer> Core<B> {
             return None;
         }
         let v = eager_view(bytes)?;
-        if v.len > self.cfg.eager_limit || v.seq != p.rx_seq || bytes.len() - v.hlen < v.len {
+        // A message whose sender waits for our word takes the full path (payload_complete).
+        if v.len > self.cfg.eager_limit
+            || v.seq != p.rx_seq
+            || bytes.len() - v.hlen < v.len
+            || v.flags & hx_wire::FLAG_DELIVERY != 0
+        {
             return None;
         }
         Some(v)
@@ -420,15 +426,7 @@ impl<B: Buffer> Core<B> {
         if self.peers[peer as usize].lossless {
             return;
         }
-        if !matches!(
-            h.kind,
-            FrameKind::Eager
-                | FrameKind::Rts
-                | FrameKind::Cts
-                | FrameKind::Data
-                | FrameKind::Credit
-                | FrameKind::Fin
-        ) {
+        if !h.kind.reliable() {
             return;
         }
         let r = &mut self.peers[peer as usize].rails[rail];
@@ -610,6 +608,10 @@ impl<B: Buffer> Core<B> {
                 p.credit_granted = p.credit_granted.max(h.value);
                 Ok(None)
             }
+            FrameKind::Delivered => {
+                self.delivered(peer, h.seq);
+                Ok(None)
+            }
             FrameKind::Heartbeat | FrameKind::Ack => Ok(None),
         }
     }
@@ -668,6 +670,13 @@ impl<B: Buffer> Core<B> {
 
     /// A frame's payload has fully arrived at `p.dest`: complete what is complete.
     fn payload_complete(&mut self, peer: Rank, rail: usize, p: &Payload) {
+        if p.kind == FrameKind::Eager && p.flags & hx_wire::FLAG_DELIVERY != 0 {
+            // The message is ours now (in a receive, held, or a copy sent again): say so.
+            let mut d = FrameHeader::new(FrameKind::Delivered);
+            d.seq = p.seq;
+            let rail = self.pick_rail(peer);
+            self.enqueue_on(peer, rail, TxItem::new(d, TxBody::None, None));
+        }
         // Count the frame first, so that acknowledgements sent on completion cover it.
         let mut h = FrameHeader::new(p.kind);
         h.flags = p.flags;

@@ -36,6 +36,9 @@ pub const FLAG_DATA: u8 = 4;
 /// it and a small message with data fits one cache line over shared memory. Parsed into the
 /// same [`FrameHeader`] as the long form (`FLAG_DATA` set, `data` filled, `value` the length).
 pub const FLAG_DATA_IN_VALUE: u8 = 8;
+/// Flag on an Eager frame: the sender waits to hear that the receiver has taken the message
+/// (into a receive, or held until one comes): a [`FrameKind::Delivered`] back.
+pub const FLAG_DELIVERY: u8 = 16;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +62,8 @@ pub enum FrameKind {
     Credit = 8,
     /// A rendezvous message was copied directly into the receiver's buffer (`value` bytes).
     Fin = 9,
+    /// The receiver has taken the eager message `seq` (sent with [`FLAG_DELIVERY`]); no payload.
+    Delivered = 10,
 }
 
 impl FrameKind {
@@ -73,8 +78,25 @@ impl FrameKind {
             7 => FrameKind::Ack,
             8 => FrameKind::Credit,
             9 => FrameKind::Fin,
+            10 => FrameKind::Delivered,
             found => return Err(WireError::UnknownKind { found }),
         })
+    }
+
+    /// Frames that the receiver counts and acknowledges over a lossy link, and the sender logs
+    /// and resends after a rail failure: the one list both sides go by (a kind counted on one
+    /// side only leaves the other's log growing unacknowledged).
+    pub fn reliable(self) -> bool {
+        matches!(
+            self,
+            FrameKind::Eager
+                | FrameKind::Rts
+                | FrameKind::Cts
+                | FrameKind::Data
+                | FrameKind::Credit
+                | FrameKind::Fin
+                | FrameKind::Delivered
+        )
     }
 }
 
@@ -184,6 +206,7 @@ impl FrameHeader {
             | FrameKind::Ack
             | FrameKind::Credit
             | FrameKind::Fin
+            | FrameKind::Delivered
                 if self.payload_len != 0 =>
             {
                 bad("payload_len", self.payload_len as u64)
