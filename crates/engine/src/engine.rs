@@ -1316,6 +1316,13 @@ impl Engine {
         }
     }
 
+    /// Words back to senders of delivery-complete messages wait for the end of the round that
+    /// took their messages: true while some do. A caller that skips rounds while it looks idle
+    /// must not skip them now.
+    pub fn words_waiting(&self) -> bool {
+        self.core.words_waiting()
+    }
+
     /// Handles whatever is ready without blocking.
     ///
     /// Afterwards [`fd`](Self::fd) becomes readable when anything arrives, shared memory
@@ -1590,6 +1597,13 @@ impl Engine {
     /// [`DIRECT_COPY_BUDGET`] bytes; returns how many it made.
     #[inline]
     fn flush_dirty(&mut self) -> usize {
+        if self.core.words_waiting() {
+            // Words back to delivery-complete senders leave with this flush (together, one
+            // frame per run), never held past it: an application that has its message may
+            // stop calling us, and its sender would wait for ever. (Held for a reply, they
+            // saved Open MPI's btl/ofi a write and a read per message, 9 us against 12.)
+            self.core.release_words();
+        }
         // The common case of a spinning round and of a small message's path: nothing to write
         // (checked before the call, whose prologue alone costs more than the check).
         if !self.dirty.is_empty() || self.core.has_tx_work() || !self.fins_held.is_empty() {

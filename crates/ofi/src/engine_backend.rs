@@ -868,6 +868,7 @@ impl Backend for EngineBackend {
     fn idle_bells(&self, out: &mut Vec<hx_engine::Doorbell>) -> bool {
         out.clear();
         let watched = self.owed.is_none()
+            && !self.eng().words_waiting()
             && self.watch_op.is_some()
             && self.parked.front().map(|p| p.op) == self.watch_op;
         if watched {

@@ -201,6 +201,10 @@ pub(crate) struct Peer {
     /// Eager delivery-complete sends by sequence number, waiting for the receiver's word:
     /// (request, source endpoint, tag).
     pub delivery_wait: HashMap<u64, (ReqId, EpId, u64)>,
+    /// Sequence numbers of delivery-flagged messages taken since the last word back: held
+    /// until something else goes to the peer (carrying them in the same write) or the driver's
+    /// next write ([`release_words`](Core::release_words)).
+    pub words_back: Vec<u64>,
     pub rdv_recv: HashMap<u64, ReqId>,
     /// Rendezvous receives (by seq) whose buffer was offered for a direct copy: only these may
     /// be completed by a FIN.
@@ -255,6 +259,7 @@ impl Peer {
             reorder: BTreeMap::new(),
             wait_cts: HashMap::new(),
             delivery_wait: HashMap::new(),
+            words_back: Vec::new(),
             rdv_recv: HashMap::new(),
             direct_granted: HashSet::new(),
             pull_q: VecDeque::new(),
@@ -293,6 +298,8 @@ pub struct Core<B> {
     pub(crate) claimed: FxHashSet<Handle>,
     /// Requests finished since the driver last asked (only while tracking is on).
     pub(crate) finished: Option<Vec<ReqId>>,
+    /// Peers with words back held (`Peer::words_back`), possibly sent since.
+    pub(crate) words_peers: Vec<Rank>,
 }
 
 /// Adaptive: messages at least this long rotate over rails even when the pair is quiet.
@@ -379,6 +386,7 @@ impl<B: Buffer> Core<B> {
             resends: 0,
             direct_q: VecDeque::new(),
             finished: None,
+            words_peers: Vec::new(),
             claimed: FxHashSet::default(),
             self_data: None,
         }
@@ -933,6 +941,7 @@ impl<B: Buffer> Core<B> {
         p.pull_q.clear();
         p.wait_cts.clear();
         p.delivery_wait.clear();
+        p.words_back.clear();
         p.rdv_recv.clear();
         p.direct_granted.clear();
         let held: Vec<Handle> = std::mem::take(&mut p.reorder).into_values().collect();
@@ -1409,6 +1418,11 @@ impl<B: Buffer> Core<B> {
 
     /// Queues a frame on `rail`, or parks it until a rail to `peer` comes back.
     pub(crate) fn enqueue_on(&mut self, peer: Rank, rail: Option<usize>, item: TxItem) {
+        if !self.peers[peer as usize].words_back.is_empty() {
+            // Held words back go first, on the same rail: one write carries both.
+            self.words_out(peer, rail);
+            self.words_peers.retain(|&q| q != peer);
+        }
         let p = &mut self.peers[peer as usize];
         match rail {
             Some(r) if p.rails[r].up => {

@@ -38,7 +38,6 @@ fn msg_of(peer: crate::Rank, h: &FrameHeader) -> crate::Status {
 
 use crate::core::{Body, ReqKind, Unexp};
 use crate::slab::Handle;
-use crate::tx::{Body as TxBody, TxItem};
 use crate::{Buffer, Completion, Core, EpId, Filter, ProtoError, Rank, ReqId};
 
 /// Payloads at least this long are read directly into their destination.
@@ -609,7 +608,7 @@ impl<B: Buffer> Core<B> {
                 Ok(None)
             }
             FrameKind::Delivered => {
-                self.delivered(peer, h.seq);
+                self.delivered(peer, h.seq, h.value);
                 Ok(None)
             }
             FrameKind::Heartbeat | FrameKind::Ack => Ok(None),
@@ -672,10 +671,7 @@ impl<B: Buffer> Core<B> {
     fn payload_complete(&mut self, peer: Rank, rail: usize, p: &Payload) {
         if p.kind == FrameKind::Eager && p.flags & hx_wire::FLAG_DELIVERY != 0 {
             // The message is ours now (in a receive, held, or a copy sent again): say so.
-            let mut d = FrameHeader::new(FrameKind::Delivered);
-            d.seq = p.seq;
-            let rail = self.pick_rail(peer);
-            self.enqueue_on(peer, rail, TxItem::new(d, TxBody::None, None));
+            self.word_back(peer, p.seq);
         }
         // Count the frame first, so that acknowledgements sent on completion cover it.
         let mut h = FrameHeader::new(p.kind);

@@ -88,6 +88,13 @@ impl Cluster {
     /// Makes one random move; returns false if nothing anywhere can move.
     pub fn step(&mut self) -> Result<bool, ProtoError> {
         let n = self.cores.len();
+        // Words back to delivery-complete senders go out some rounds later, as a driver's
+        // progress releases them, unless a reply took them first.
+        for c in 0..n {
+            if self.cores[c].words_waiting() && self.rng.range(0, 2) == 0 {
+                self.cores[c].release_words();
+            }
+        }
         let moves = n * n * self.rails * 2;
         let start = self.rng.range(0, moves - 1);
         for k in 0..moves {
@@ -115,7 +122,15 @@ impl Cluster {
                 return Ok(true);
             }
         }
-        Ok(false)
+        // Nothing else can move: a driver's next round would release what is held.
+        let mut released = false;
+        for c in self.cores.iter_mut() {
+            if c.words_waiting() {
+                c.release_words();
+                released = true;
+            }
+        }
+        Ok(released)
     }
 
     fn transmit(&mut self, src: usize, dst: usize, rail: usize) -> bool {

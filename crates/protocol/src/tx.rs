@@ -510,9 +510,88 @@ impl<B: Buffer> Core<B> {
         self.send_done(req, src_ep, tag);
     }
 
-    /// The receiver says it has eager message `seq`: its delivery-complete send completes, or
-    /// will once it has left.
-    pub(crate) fn delivered(&mut self, peer: Rank, seq: u64) {
+    /// The receiver has taken a delivery-flagged eager message `seq`: the word back is held
+    /// (see [`release_words`](Self::release_words)).
+    pub(crate) fn word_back(&mut self, peer: Rank, seq: u64) {
+        let words = &mut self.peers[peer as usize].words_back;
+        if words.is_empty() {
+            self.words_peers.push(peer);
+        }
+        words.push(seq);
+    }
+
+    /// Are words back held for some peer? The driver calls
+    /// [`release_words`](Self::release_words) before it writes when so.
+    #[inline]
+    pub fn words_waiting(&self) -> bool {
+        !self.words_peers.is_empty()
+    }
+
+    /// Queues every held word back. The driver calls this before each write, so a word waits
+    /// at most for the end of the round that took its message; the words of that round go
+    /// together (one frame per run of sequence numbers), and whatever else is queued for
+    /// their peer meanwhile carries them in the same write.
+    pub fn release_words(&mut self) {
+        let peers = std::mem::take(&mut self.words_peers);
+        for &peer in &peers {
+            if !self.peers[peer as usize].words_back.is_empty() {
+                let rail = self.pick_rail(peer);
+                self.words_out(peer, rail);
+            }
+        }
+        self.words_peers = peers;
+        self.words_peers.clear();
+    }
+
+    /// Queues `peer`'s held words on `rail`: one Delivered frame per run of consecutive
+    /// sequence numbers (`seq` the first, `value` how many).
+    pub(crate) fn words_out(&mut self, peer: Rank, rail: Option<usize>) {
+        let mut words = std::mem::take(&mut self.peers[peer as usize].words_back);
+        let mut i = 0;
+        while i < words.len() {
+            let first = words[i];
+            let mut n = 1;
+            while i + (n as usize) < words.len() && words[i + n as usize] == first + n {
+                n += 1;
+            }
+            i += n as usize;
+            let mut d = FrameHeader::new(FrameKind::Delivered);
+            d.seq = first;
+            d.value = n;
+            self.enqueue_on(peer, rail, TxItem::new(d, Body::None, None));
+        }
+        // Keep the allocation.
+        words.clear();
+        let held = &mut self.peers[peer as usize].words_back;
+        if held.is_empty() {
+            *held = words;
+        }
+    }
+
+    /// The receiver says it has taken the `count` eager messages from `seq` on (a count of 0
+    /// from an older sender means one): their delivery-complete sends complete, or will once
+    /// they have left.
+    pub(crate) fn delivered(&mut self, peer: Rank, seq: u64, count: u64) {
+        let count = count.max(1);
+        let waiting = &self.peers[peer as usize].delivery_wait;
+        // Bounded by what is waiting, whatever count the frame claims.
+        let seqs: Vec<u64> = if count > waiting.len() as u64 {
+            let mut v: Vec<u64> = waiting
+                .keys()
+                .copied()
+                .filter(|s| s.wrapping_sub(seq) < count)
+                .collect();
+            v.sort_unstable();
+            v
+        } else {
+            (0..count).map(|k| seq.wrapping_add(k)).collect()
+        };
+        for s in seqs {
+            self.delivered_one(peer, s);
+        }
+    }
+
+    fn delivered_one(&mut self, peer: Rank, seq: u64) {
         // A second word for one message (its frame was sent again after a rail failure) finds
         // nothing.
         let Some((req, src_ep, tag)) = self.peers[peer as usize].delivery_wait.remove(&seq) else {
@@ -1424,6 +1503,11 @@ mod inline_tests {
                 let frame = drain(&mut a);
                 assert!(a.is_pending(s), "{len} B: done when written");
                 deliver(&mut b, &frame);
+                // The word is held for a reply or the next round, then goes.
+                assert!(drain_to(&mut b, 0).is_empty(), "{len} B: word not held");
+                assert!(b.words_waiting());
+                b.release_words();
+                assert!(!b.words_waiting());
                 let back = drain_to(&mut b, 0);
                 assert!(!back.is_empty(), "{len} B: no word back");
                 assert!(a.is_pending(s), "{len} B: done before the word came");
@@ -1443,6 +1527,58 @@ mod inline_tests {
                 assert_eq!(&buf[..len], &body[..]);
             }
         }
+    }
+
+    #[test]
+    fn held_words_back_go_as_one_frame_per_run_and_ahead_of_a_reply() {
+        let (mut a, mut b) = pair();
+        let sends: Vec<ReqId> = (0..5)
+            .map(|i| {
+                a.send_delivered(1, 0, 0, i, None, vec![i as u8; 3])
+                    .unwrap()
+            })
+            .collect();
+        deliver(&mut b, &drain(&mut a));
+        // A reply takes the five words with it: one Delivered frame (the run's first sequence
+        // number, a count of 5) ahead of the reply, in the same write.
+        let reply = b.send(0, 0, 0, 99, vec![1, 2, 3]).unwrap();
+        let mut iov = [IoSlice::new(&[]); 8];
+        let n = b.tx_iovecs(0, 0, &mut iov);
+        let bytes: Vec<u8> = iov[..n].iter().flat_map(|s| s.iter().copied()).collect();
+        b.tx_done(0, 0, bytes.len());
+        let (word, hlen) = FrameHeader::parse(&bytes).unwrap();
+        assert_eq!(
+            (word.kind, word.seq, word.value),
+            (FrameKind::Delivered, 0, 5)
+        );
+        let (next, _) = FrameHeader::parse(&bytes[hlen..]).unwrap();
+        assert_eq!(next.kind, FrameKind::Eager);
+        assert!(drain_to(&mut b, 0).is_empty(), "more than one write");
+        assert!(!b.words_waiting(), "the reply took them all");
+        b.release_words();
+        assert!(drain_to(&mut b, 0).is_empty(), "a word went twice");
+        deliver_from(&mut a, 1, &bytes);
+        for s in sends {
+            assert!(matches!(a.take(s).unwrap().0, Completion::Done(_)));
+        }
+        let r = a.recv(0, Some(1), None, vec![0; 8]).unwrap();
+        assert!(matches!(a.take(r).unwrap().0, Completion::Done(st) if st.tag == 99));
+        assert!(matches!(b.take(reply).unwrap().0, Completion::Done(_)));
+    }
+
+    #[test]
+    fn a_word_claiming_more_than_is_waiting_completes_only_what_waits() {
+        let (mut a, mut b) = pair();
+        let s = a.send_delivered(1, 0, 0, 1, None, vec![7; 4]).unwrap();
+        let plain = a.send(1, 0, 0, 2, vec![8; 4]).unwrap();
+        deliver(&mut b, &drain(&mut a));
+        // A forged word, from 0 on for u64::MAX messages: taken as what waits (no loop over
+        // the claimed range).
+        let mut d = FrameHeader::new(FrameKind::Delivered);
+        d.value = u64::MAX;
+        deliver_from(&mut a, 1, &d.to_bytes());
+        assert!(matches!(a.take(s).unwrap().0, Completion::Done(_)));
+        assert!(matches!(a.take(plain).unwrap().0, Completion::Done(_)));
     }
 
     #[test]
@@ -1466,6 +1602,7 @@ mod inline_tests {
             .collect();
         for _ in 0..8 {
             deliver(&mut b, &drain(&mut a));
+            b.release_words();
             deliver_from(&mut a, 1, &drain_to(&mut b, 0));
         }
         for (i, s) in sends.into_iter().enumerate() {

@@ -164,8 +164,13 @@ fn run_inner(
                 } else {
                     None
                 };
+                // A quarter of the others are delivery-complete sends (Open MPI's btl/ofi):
+                // done only once the receiver's word comes back.
                 let r = match inline {
                     Some(r) => r,
+                    None if rng.range(0, 3) == 0 => sim.cores[m.src as usize]
+                        .send_delivered(m.dst, 0, 0, tag_of(next_send), None, data)
+                        .map_err(|e| e.to_string())?,
                     None => sim.cores[m.src as usize]
                         .send(m.dst, 0, 0, tag_of(next_send), data)
                         .map_err(|e| e.to_string())?,
