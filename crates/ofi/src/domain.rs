@@ -669,7 +669,8 @@ pub unsafe extern "C" fn hx_domain(
             FI_EINVAL
         })?;
         let backend = new_backend(&cfg).map_err(|e| {
-            warn(FI_LOG_DOMAIN, &format!("fi_domain: {}", e.msg));
+            let why = e.msg.trim_start_matches("hxcomm: ");
+            crate::util::fatal(FI_LOG_DOMAIN, &format!("fi_domain: {why}"));
             e.errno
         })?;
         let f = fabric as *mut Fabric;

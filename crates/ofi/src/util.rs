@@ -65,3 +65,18 @@ pub fn log(level: i32, subsys: i32, msg: &str) {
 pub fn warn(subsys: i32, msg: &str) {
     log(FI_LOG_WARN, subsys, msg)
 }
+
+/// A failure that stops the application (a domain that cannot open): through libfabric's log
+/// when it shows warnings, else on stderr, since by default libfabric shows nothing and the
+/// caller would see only an errno.
+pub fn fatal(subsys: i32, msg: &str) {
+    let shown = LOADED.load(std::sync::atomic::Ordering::Relaxed) && {
+        // SAFETY: the provider struct is registered once loaded.
+        unsafe { fi_log_enabled(crate::provider(), FI_LOG_WARN, subsys) != 0 }
+    };
+    if shown {
+        warn(subsys, msg);
+    } else {
+        eprintln!("hxcomm: {msg}");
+    }
+}

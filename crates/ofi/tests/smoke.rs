@@ -16,6 +16,7 @@ fn c_smoke_program() {
         .env_remove("HX_JOB_SECRET")
         .env_remove("OMPI_MCA_orte_precondition_transports")
         .env_remove("HX_ALLOW_NO_SECRET")
+        .env_remove("FI_LOG_LEVEL")
         .env("HX_LOG", "info")
         .output()
         .unwrap();
@@ -24,6 +25,11 @@ fn c_smoke_program() {
     assert!(
         text.contains("Permission denied") || text.contains("-13"),
         "{text}"
+    );
+    // ...on stderr even when libfabric's own log is off (its default): not just an errno.
+    assert!(
+        text.contains("hxcomm: fi_domain: no job secret: set HX_JOB_SECRET"),
+        "the reason is missing:\n{text}"
     );
     for av in ["map", "table"] {
         let (ok, text) = common::run_c(&exe, &dir, &[av], &"42".repeat(32));
