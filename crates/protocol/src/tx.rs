@@ -574,18 +574,20 @@ impl<B: Buffer> Core<B> {
     pub(crate) fn delivered(&mut self, peer: Rank, seq: u64, count: u64) {
         let count = count.max(1);
         let waiting = &self.peers[peer as usize].delivery_wait;
+        if count <= waiting.len() as u64 {
+            // The usual word: a run no longer than what waits, looked up one by one.
+            for k in 0..count {
+                self.delivered_one(peer, seq.wrapping_add(k));
+            }
+            return;
+        }
         // Bounded by what is waiting, whatever count the frame claims.
-        let seqs: Vec<u64> = if count > waiting.len() as u64 {
-            let mut v: Vec<u64> = waiting
-                .keys()
-                .copied()
-                .filter(|s| s.wrapping_sub(seq) < count)
-                .collect();
-            v.sort_unstable();
-            v
-        } else {
-            (0..count).map(|k| seq.wrapping_add(k)).collect()
-        };
+        let mut seqs: Vec<u64> = waiting
+            .keys()
+            .copied()
+            .filter(|s| s.wrapping_sub(seq) < count)
+            .collect();
+        seqs.sort_unstable();
         for s in seqs {
             self.delivered_one(peer, s);
         }
