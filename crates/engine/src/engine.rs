@@ -1110,6 +1110,7 @@ impl Engine {
         Ok(self.core.probe(ep, src, tag))
     }
 
+    #[inline]
     fn finish(&mut self, req: Request) -> Result<(Status, EngineBuf), Error> {
         match self.core.take(req.0) {
             Some((Completion::Done(st), buf)) if st.truncated => {
@@ -1595,7 +1596,9 @@ impl Engine {
 
     /// Writes what is queued and makes the direct copies that wait, whole messages until
     /// [`DIRECT_COPY_BUDGET`] bytes; returns how many it made.
-    #[inline]
+    // Always: it runs after every posted receive and most rounds, and nearly always finds
+    // nothing to do; as a call its prologue cost more than its checks.
+    #[inline(always)]
     fn flush_dirty(&mut self) -> usize {
         if self.core.words_waiting() {
             // Words back to delivery-complete senders leave with this flush (together, one
@@ -1617,6 +1620,7 @@ impl Engine {
         self.core.direct_pending() || !self.fins_held.is_empty()
     }
 
+    #[inline(never)]
     fn flush_dirty_peers(&mut self) -> usize {
         // Frames before copies, and a bounded amount of copying per round: a clear-to-send for
         // the peer's messages then leaves while we copy ours (two ways at once, each side

@@ -45,9 +45,9 @@ pub(crate) enum Delivery {
 
 pub(crate) struct RecvState {
     pub ep: EpId,
+    /// What it takes (also in its posted entry, which matching reads): kept for failures
+    /// of its source and for stall dumps.
     pub src: Option<Rank>,
-    /// Only messages sent from this endpoint of the source (any if `None`).
-    pub src_ep: Option<EpId>,
     pub tag: TagMatch,
     /// Set when matched.
     pub status: Option<Status>,
@@ -85,9 +85,17 @@ pub(crate) enum Body {
     Rts,
 }
 
+/// A posted receive with what it takes, so that matching an arriving message does not look
+/// the request up (a slab lookup per receive looked at, on every small message's path).
+#[derive(Clone, Copy)]
+pub(crate) struct Posted {
+    pub req: ReqId,
+    pub filter: Filter,
+}
+
 #[derive(Default)]
 pub(crate) struct EpQueues {
-    pub posted: VecDeque<ReqId>,
+    pub posted: VecDeque<Posted>,
     pub unexpected: VecDeque<Handle>,
 }
 
@@ -108,12 +116,18 @@ impl EpTable {
         self.0.get_mut(ep as usize)
     }
 
+    #[inline]
     pub fn entry(&mut self, ep: EpId) -> &mut EpQueues {
         let i = ep as usize;
         if i >= self.0.len() {
-            self.0.resize_with(i + 1, EpQueues::default);
+            self.grow(i + 1);
         }
         &mut self.0[i]
+    }
+
+    #[cold]
+    fn grow(&mut self, len: usize) {
+        self.0.resize_with(len, EpQueues::default);
     }
 
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut EpQueues> {
@@ -322,15 +336,18 @@ impl TagMatch {
         ignore: u64::MAX,
     };
 
+    #[inline]
     pub fn exact(tag: u64) -> TagMatch {
         TagMatch { tag, ignore: 0 }
     }
 
     /// `None` is any tag.
+    #[inline]
     pub fn from_option(tag: Option<u64>) -> TagMatch {
         tag.map_or(TagMatch::ANY, TagMatch::exact)
     }
 
+    #[inline]
     pub fn matches(&self, tag: u64) -> bool {
         (self.tag ^ tag) & !self.ignore == 0
     }
@@ -359,15 +376,12 @@ impl Filter {
     }
 
     /// Does it take a message from `src`'s endpoint `src_ep` with `tag`?
+    #[inline]
     pub fn takes_from(&self, src: Rank, src_ep: EpId, tag: u64) -> bool {
         self.src.is_none_or(|s| s == src)
             && self.src_ep.is_none_or(|e| e == src_ep)
             && self.tag.matches(tag)
     }
-}
-
-fn matches(src: Option<Rank>, tag: TagMatch, msg_src: Rank, msg_tag: u64) -> bool {
-    src.is_none_or(|s| s == msg_src) && tag.matches(msg_tag)
 }
 
 impl<B: Buffer> Core<B> {
@@ -670,7 +684,7 @@ impl<B: Buffer> Core<B> {
 
     /// Posts a receive for the messages `filter` takes.
     pub fn recv_matching(&mut self, ep: EpId, filter: Filter, buf: B) -> Result<ReqId, ProtoError> {
-        let Filter { src, src_ep, tag } = filter;
+        let Filter { src, tag, .. } = filter;
         if let Some(s) = src {
             if s as usize >= self.peers.len() {
                 return Err(ProtoError::Invalid(format!(
@@ -685,7 +699,6 @@ impl<B: Buffer> Core<B> {
             kind: ReqKind::Recv(RecvState {
                 ep,
                 src,
-                src_ep,
                 tag,
                 status: None,
                 unreceived: 0,
@@ -716,7 +729,7 @@ impl<B: Buffer> Core<B> {
                     }
                     return Ok(req);
                 }
-                q.posted.push_back(req);
+                q.posted.push_back(Posted { req, filter });
             }
         }
         Ok(req)
@@ -744,11 +757,11 @@ impl<B: Buffer> Core<B> {
     }
 
     /// Removes a finished request and gives its buffer back. A pending request stays.
+    #[inline]
     pub fn take(&mut self, req: ReqId) -> Option<(Completion, B)> {
-        if self.is_pending(req) {
-            return None;
-        }
-        self.reqs.remove(req).map(|r| (r.completion, r.buf))
+        self.reqs
+            .remove_unless(req, |r| matches!(r.completion, Completion::Pending))
+            .map(|r| (r.completion, r.buf))
     }
 
     /// Cancels a posted receive that has not matched yet. Returns its buffer.
@@ -758,7 +771,7 @@ impl<B: Buffer> Core<B> {
             _ => return None,
         };
         let q = self.eps.get_mut(ep)?;
-        let i = q.posted.iter().position(|&r| r == req)?;
+        let i = q.posted.iter().position(|p| p.req == req)?;
         q.posted.remove(i);
         self.reqs.remove(req).map(|r| r.buf)
     }
@@ -821,7 +834,6 @@ impl<B: Buffer> Core<B> {
             kind: ReqKind::Recv(RecvState {
                 ep,
                 src: Some(src),
-                src_ep: None,
                 tag: TagMatch::exact(tag),
                 status: None,
                 unreceived: 0,
@@ -910,6 +922,7 @@ impl<B: Buffer> Core<B> {
     }
 
     /// Is a peer marked for writing, or a direct copy waiting?
+    #[inline]
     pub fn has_tx_work(&self) -> bool {
         !self.dirty.is_empty() || !self.direct_q.is_empty()
     }
@@ -981,7 +994,7 @@ impl<B: Buffer> Core<B> {
             }
         }
         for q in self.eps.values_mut() {
-            q.posted.retain(|r| !failed_recvs.contains(r));
+            q.posted.retain(|p| !failed_recvs.contains(&p.req));
         }
         // Claimed partial eager messages from the failed peer: their receives failed above.
         let mut dead = Vec::new();
@@ -1238,19 +1251,15 @@ impl<B: Buffer> Core<B> {
         tag: u64,
     ) -> Option<ReqId> {
         let q = self.eps.get_mut(ep)?;
-        let reqs = &self.reqs;
-        let takes = |r: ReqId| match &reqs.get(r).unwrap().kind {
-            ReqKind::Recv(rv) => {
-                matches(rv.src, rv.tag, src, tag) && rv.src_ep.is_none_or(|e| e == src_ep)
-            }
-            ReqKind::Send(_) => false,
-        };
         // Usually the oldest posted receive matches.
-        if takes(*q.posted.front()?) {
-            return q.posted.pop_front();
+        if q.posted.front()?.filter.takes_from(src, src_ep, tag) {
+            return q.posted.pop_front().map(|p| p.req);
         }
-        let i = q.posted.iter().position(|&r| takes(r))?;
-        q.posted.remove(i)
+        let i = q
+            .posted
+            .iter()
+            .position(|p| p.filter.takes_from(src, src_ep, tag))?;
+        q.posted.remove(i).map(|p| p.req)
     }
 
     /// Records in a receive the message it matched (`msg`: who sent what; `truncated` is

@@ -44,6 +44,9 @@ impl<T> Slab<T> {
         }
     }
 
+    // Always: a request built in the caller then moved through a call was a memcpy call
+    // of its ~190 bytes on every message's path.
+    #[inline(always)]
     pub fn insert(&mut self, val: T) -> Handle {
         self.len += 1;
         if let Some(idx) = self.free.pop() {
@@ -63,6 +66,7 @@ impl<T> Slab<T> {
         }
     }
 
+    #[inline]
     pub fn get(&self, h: Handle) -> Option<&T> {
         match self.slots.get(h.idx as usize) {
             Some(s) if s.gen == h.gen => s.val.as_ref(),
@@ -70,6 +74,7 @@ impl<T> Slab<T> {
         }
     }
 
+    #[inline]
     pub fn get_mut(&mut self, h: Handle) -> Option<&mut T> {
         match self.slots.get_mut(h.idx as usize) {
             Some(s) if s.gen == h.gen => s.val.as_mut(),
@@ -77,9 +82,27 @@ impl<T> Slab<T> {
         }
     }
 
+    #[inline]
     pub fn remove(&mut self, h: Handle) -> Option<T> {
         match self.slots.get_mut(h.idx as usize) {
             Some(s) if s.gen == h.gen && s.val.is_some() => {
+                self.free.push(h.idx);
+                self.len -= 1;
+                s.val.take()
+            }
+            _ => None,
+        }
+    }
+
+    /// Removes the value if `keep` says not to keep it: one lookup where `get` then `remove`
+    /// made two.
+    #[inline]
+    pub fn remove_unless(&mut self, h: Handle, keep: impl FnOnce(&T) -> bool) -> Option<T> {
+        match self.slots.get_mut(h.idx as usize) {
+            Some(s) if s.gen == h.gen => {
+                if keep(s.val.as_ref()?) {
+                    return None;
+                }
                 self.free.push(h.idx);
                 self.len -= 1;
                 s.val.take()
