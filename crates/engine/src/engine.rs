@@ -1128,13 +1128,9 @@ impl Engine {
     }
 
     fn known(&self, req: Request) -> Result<bool, Error> {
-        match self.core.poll(req.0) {
-            None => Err(Error::Invalid(format!(
-                "unknown request {:#x}",
-                req.to_u64()
-            ))),
-            Some(c) => Ok(*c != Completion::Pending),
-        }
+        self.core
+            .done(req.0)
+            .ok_or_else(|| Error::Invalid(format!("unknown request {:#x}", req.to_u64())))
     }
 
     /// Makes progress once; returns the status if `req` is done (and releases it). When it is

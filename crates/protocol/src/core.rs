@@ -30,6 +30,9 @@ pub(crate) struct SendState {
     pub unacked: usize,
     /// An eager send that completes once the receiver says it has the message.
     pub delivery: Delivery,
+    /// For its status, whichever way it completes.
+    pub src_ep: EpId,
+    pub tag: u64,
 }
 
 /// Where an eager send that waits for the receiver's word (a delivery-complete send) stands:
@@ -83,6 +86,34 @@ pub(crate) enum Body {
         claimed: Option<ReqId>,
     },
     Rts,
+}
+
+/// A send that left at once ([`Core::inline_request`]): done from the start, it needs only
+/// what its status and its caller's buffer take.
+pub(crate) struct InlineDone<B> {
+    pub buf: B,
+    pub tag: u64,
+    pub src_ep: EpId,
+}
+
+/// Handles of [`InlineDone`] sends have this bit of the index set (a slab never reaches 2^31
+/// slots, so no request's handle has it).
+const INLINE_BIT: u32 = 1 << 31;
+
+pub(crate) fn inline_handle(h: Handle) -> ReqId {
+    Handle {
+        idx: h.idx | INLINE_BIT,
+        gen: h.gen,
+    }
+}
+
+/// The [`InlineDone`] table's handle, if `req` is one of its.
+#[inline]
+fn inline_slot(req: ReqId) -> Option<Handle> {
+    (req.idx & INLINE_BIT != 0).then_some(Handle {
+        idx: req.idx & !INLINE_BIT,
+        gen: req.gen,
+    })
 }
 
 /// A posted receive with what it takes, so that matching an arriving message does not look
@@ -298,6 +329,7 @@ pub struct Core<B> {
     pub(crate) cfg: Config,
     pub(crate) peers: Vec<Peer>,
     pub(crate) reqs: Slab<Request<B>>,
+    pub(crate) inline_done: Slab<InlineDone<B>>,
     pub(crate) unexp: Slab<Unexp>,
     pub(crate) eps: EpTable,
     pub(crate) dirty: Vec<Rank>,
@@ -392,6 +424,7 @@ impl<B: Buffer> Core<B> {
             cfg,
             peers,
             reqs: Slab::new(),
+            inline_done: Slab::new(),
             unexp: Slab::new(),
             eps: EpTable::default(),
             dirty: Vec::new(),
@@ -561,6 +594,8 @@ impl<B: Buffer> Core<B> {
                 peer,
                 unacked: len,
                 delivery: Delivery::NotAsked,
+                src_ep,
+                tag,
             }),
             completion: Completion::Pending,
         });
@@ -747,9 +782,23 @@ impl<B: Buffer> Core<B> {
         last
     }
 
-    /// Where a request stands.
+    /// Where a request stands. A send that left at once without tracking of finished
+    /// requests ([`inline_request`](Self::inline_request)) is not here: [`done`](Self::done)
+    /// and [`take`](Self::take) know it.
     pub fn poll(&self, req: ReqId) -> Option<&Completion> {
         self.reqs.get(req).map(|r| &r.completion)
+    }
+
+    /// Whether a request has finished (`None`: no such request).
+    #[inline]
+    pub fn done(&self, req: ReqId) -> Option<bool> {
+        match inline_slot(req) {
+            Some(h) => self.inline_done.get(h).map(|_| true),
+            None => self
+                .reqs
+                .get(req)
+                .map(|r| !matches!(r.completion, Completion::Pending)),
+        }
     }
 
     pub fn is_pending(&self, req: ReqId) -> bool {
@@ -759,6 +808,18 @@ impl<B: Buffer> Core<B> {
     /// Removes a finished request and gives its buffer back. A pending request stays.
     #[inline]
     pub fn take(&mut self, req: ReqId) -> Option<(Completion, B)> {
+        if let Some(h) = inline_slot(req) {
+            let d = self.inline_done.remove(h)?;
+            let st = Status {
+                source: self.me,
+                src_ep: d.src_ep,
+                tag: d.tag,
+                len: d.buf.as_slice().len(),
+                truncated: false,
+                data: None,
+            };
+            return Some((Completion::Done(st), d.buf));
+        }
         self.reqs
             .remove_unless(req, |r| matches!(r.completion, Completion::Pending))
             .map(|r| (r.completion, r.buf))
@@ -909,6 +970,10 @@ impl<B: Buffer> Core<B> {
     pub fn detach(&mut self, req: ReqId) -> bool {
         if self.finished.is_none() {
             return false;
+        }
+        if let Some(h) = inline_slot(req) {
+            // Done from the start (made before tracking began): nothing left to report.
+            return self.inline_done.remove(h).is_some();
         }
         let Some(r) = self.reqs.get_mut(req) else {
             return false;
@@ -1084,13 +1149,15 @@ impl<B: Buffer> Core<B> {
         let rail = self.pick_rail(w.peer);
         self.enqueue_on(w.peer, rail, TxItem::new(h, TxBody::None, None));
         if let Some(r) = self.reqs.get_mut(w.req) {
+            let (mut src_ep, mut tag) = (0, 0);
             if let ReqKind::Send(s) = &mut r.kind {
                 s.unacked = 0;
+                (src_ep, tag) = (s.src_ep, s.tag);
             }
             r.completion = Completion::Done(Status {
                 source: self.me,
-                src_ep: 0,
-                tag: 0,
+                src_ep,
+                tag,
                 len: w.msg_len,
                 truncated: false,
                 data: None,
@@ -1123,7 +1190,7 @@ impl<B: Buffer> Core<B> {
 
     /// Number of requests alive (pending or finished but not taken).
     pub fn live_requests(&self) -> usize {
-        self.reqs.len()
+        self.reqs.len() + self.inline_done.len()
     }
 
     /// Bytes this process still has to send or expects to receive in bulk (queued on rails,
