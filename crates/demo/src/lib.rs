@@ -226,11 +226,30 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         segments: &|b| plan::segments(b, args.quick),
         runs,
     };
-    let configs = match &mode {
-        Mode::Testbed { name } => with_testbed(&hx_testbed::TestbedSpec::new(name, 2, 4), || {
-            measure(&mode, &exe, &part1)
-        })?,
-        Mode::Loopback => measure(&mode, &exe, &part1)?,
+    let wire = matches!(mode, Mode::Testbed { .. });
+    // Measured, judged, and the unexplained misses looked at again on the same testbed.
+    let part1_done = || -> Result<(Vec<ConfigResult>, Vec<verdict::Group>), String> {
+        let configs = measure(&mode, &exe, &part1)?;
+        let mut groups = verdict::groups(part1.label, &configs, &Bench::ALL);
+        if wire {
+            // Every policy sends a message up to the eager limit whole (hxcomm's default; if
+            // the user set another, none is assumed).
+            let whole_up_to = match std::env::var_os("HX_EAGER_LIMIT") {
+                Some(_) => 0,
+                None => hx_protocol::Config::default().eager_limit as u64,
+            };
+            verdict::mark_faster_than_wire(&mut groups, results::RAIL_MB_PER_S, whole_up_to);
+        }
+        if !args.quick {
+            second_look(&mode, &exe, &part1, &mut groups)?;
+        }
+        Ok((configs, groups))
+    };
+    let (configs, mut groups) = match &mode {
+        Mode::Testbed { name } => {
+            with_testbed(&hx_testbed::TestbedSpec::new(name, 2, 4), part1_done)?
+        }
+        Mode::Loopback => part1_done()?,
     };
 
     // Part 2: the same testbed without a rate limit (the CPU, not a wire, is the limit).
@@ -254,20 +273,9 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         _ => vec![],
     };
 
-    let wire = matches!(mode, Mode::Testbed { .. });
     let rows = results::summarize(&configs, wire);
     let text = results::format_text(&rows);
     let md = results::format_markdown(&rows);
-    let mut groups = verdict::groups(part1.label, &configs, &Bench::ALL);
-    if wire {
-        // Every policy sends a message up to the eager limit whole (hxcomm's default; if the
-        // user set another, none is assumed).
-        let whole_up_to = match std::env::var_os("HX_EAGER_LIMIT") {
-            Some(_) => 0,
-            None => hx_protocol::Config::default().eager_limit as u64,
-        };
-        verdict::mark_faster_than_wire(&mut groups, results::RAIL_MB_PER_S, whole_up_to);
-    }
     groups.extend(verdict::groups("unlimited", &unlimited, &UNLIMITED_BENCHES));
     let mut bars = vec![verdict::bar(
         &format!("{}, 2 and 4 rails, every size", part1.label),
@@ -447,6 +455,115 @@ fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, Str
         }
     }
     Ok(out)
+}
+
+/// Runs a second look ([`verdict::SecondLook`]) at the misses of `part` on 2 and more rails
+/// that nothing else explains: per rail count, benchmark, segment and best fixed policy, the
+/// missed sizes' range again, adaptive and that policy in turn (the order alternating),
+/// [`plan::SECOND_LOOK_RUNS`] times each with [`plan::SECOND_LOOK_FACTOR`] times the
+/// iterations, within [`plan::SECOND_LOOK_BUDGET_S`] seconds in all.
+fn second_look(
+    mode: &Mode,
+    exe: &str,
+    part: &Part,
+    groups: &mut [verdict::Group],
+) -> Result<(), String> {
+    // (group, segment, best policy) -> the sizes to look at again.
+    let mut batches: Vec<(usize, usize, String, Vec<u64>)> = Vec::new();
+    for (gi, g) in groups.iter().enumerate().filter(|(_, g)| g.rails >= 2) {
+        let segs = (part.segments)(g.bench);
+        for p in g.points.iter().filter(|p| verdict::wants_second_look(p)) {
+            let (Some(si), Some(bp)) = (plan::segment_of(&segs, p.bytes), &p.best_policy) else {
+                continue;
+            };
+            match batches
+                .iter_mut()
+                .find(|b| b.0 == gi && b.1 == si && &b.2 == bp)
+            {
+                Some(b) => b.3.push(p.bytes),
+                None => batches.push((gi, si, bp.clone(), vec![p.bytes])),
+            }
+        }
+    }
+    if batches.is_empty() {
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    let budget = Duration::from_secs(plan::SECOND_LOOK_BUDGET_S);
+    let mut left = 0;
+    for (gi, si, best, sizes) in batches {
+        let (rails, bench) = (groups[gi].rails, groups[gi].bench);
+        if t0.elapsed() >= budget {
+            left += sizes.len();
+            continue;
+        }
+        let seg = (part.segments)(bench)[si];
+        let range = (
+            *sizes.iter().min().unwrap_or(&0),
+            *sizes.iter().max().unwrap_or(&0),
+        );
+        // figures[0]: adaptive's runs, [1]: the best policy's, per size.
+        let mut figures: [Vec<(u64, Vec<f64>)>; 2] = [
+            sizes.iter().map(|&b| (b, vec![])).collect(),
+            sizes.iter().map(|&b| (b, vec![])).collect(),
+        ];
+        for run in 0..plan::SECOND_LOOK_RUNS {
+            for k in 0..2 {
+                let which = (k + run) % 2;
+                let policy = if which == 0 {
+                    verdict::CANDIDATE
+                } else {
+                    best.as_str()
+                };
+                proc::check_interrupted()?;
+                let args = plan::second_look_args(mode, exe, policy, rails, bench, &seg, range);
+                let deadline = Duration::from_secs(plan::JOB_TIMEOUT_S as u64 + 10);
+                let stdout = job::run(exe, &args, deadline)?;
+                for p in results::parse_lines(&stdout, bench)? {
+                    if let Some(f) = figures[which].iter_mut().find(|f| f.0 == p.bytes) {
+                        f.1.push(p.value);
+                    }
+                }
+            }
+        }
+        let mut said = Vec::new();
+        for p in groups[gi]
+            .points
+            .iter_mut()
+            .filter(|p| sizes.contains(&p.bytes))
+        {
+            let runs = |w: usize| {
+                figures[w]
+                    .iter()
+                    .find(|f| f.0 == p.bytes)
+                    .map_or(&[][..], |f| &f.1[..])
+            };
+            p.second_look = verdict::SecondLook::of(
+                runs(0),
+                runs(1),
+                plan::SECOND_LOOK_FACTOR,
+                verdict::Better::of(bench),
+            );
+            if let Some(l) = &p.second_look {
+                said.push(format!("{} {:.2}", results::fmt_size(p.bytes), l.ratio));
+            }
+        }
+        println!(
+            "  second look, {} {rails} rails {} against {best} ({} runs each, {}x the iterations): {}",
+            part.label,
+            bench.name(),
+            plan::SECOND_LOOK_RUNS,
+            plan::SECOND_LOOK_FACTOR,
+            said.join(", ")
+        );
+    }
+    if left > 0 {
+        println!(
+            "  second look: {left} misses left as measured ({} s budget spent)",
+            plan::SECOND_LOOK_BUDGET_S
+        );
+    }
+    Ok(())
 }
 
 /// One job: its points, checked to be there and on the rails asked for.

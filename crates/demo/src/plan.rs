@@ -139,6 +139,59 @@ pub fn rail_names(rails: u32) -> String {
         .join(",")
 }
 
+/// The bytes of a segment's size (`512`, `4k`, `1M`).
+fn size_bytes(s: &str) -> Option<u64> {
+    let (num, mult) = match s.as_bytes().last()? {
+        b'k' => (&s[..s.len() - 1], 1024),
+        b'M' => (&s[..s.len() - 1], 1024 * 1024),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().map(|n| n * mult)
+}
+
+/// The smallest and largest size of a segment.
+pub fn size_range(seg: &Segment) -> Option<(u64, u64)> {
+    match seg.sizes.split_once(':') {
+        Some((a, b)) => Some((size_bytes(a)?, size_bytes(b)?)),
+        None => size_bytes(seg.sizes).map(|v| (v, v)),
+    }
+}
+
+/// Which of `segments` measures `bytes` (its index).
+pub fn segment_of(segments: &[Segment], bytes: u64) -> Option<usize> {
+    segments
+        .iter()
+        .position(|s| size_range(s).is_some_and(|(lo, hi)| (lo..=hi).contains(&bytes)))
+}
+
+/// Times the iterations of the first look that a second look at a miss runs
+/// (verdict::SecondLook).
+pub const SECOND_LOOK_FACTOR: u32 = 4;
+/// Runs of each policy in a second look.
+pub const SECOND_LOOK_RUNS: usize = 3;
+/// What the second looks may take together, after which the misses left keep their first
+/// verdict only (the demo stays under 3 minutes).
+pub const SECOND_LOOK_BUDGET_S: u64 = 25;
+
+/// The arguments of one job of a second look: `seg` for the sizes `lo` to `hi` only, with
+/// [`SECOND_LOOK_FACTOR`] times its iterations and no floor.
+pub fn second_look_args(
+    mode: &Mode,
+    exe: &str,
+    policy: &str,
+    rails: u32,
+    bench: Bench,
+    seg: &Segment,
+    (lo, hi): (u64, u64),
+) -> Vec<String> {
+    let seg = Segment {
+        iterations: seg.iterations * SECOND_LOOK_FACTOR,
+        floor: false,
+        ..*seg
+    };
+    sized_job_args(mode, exe, policy, rails, bench, &seg, &format!("{lo}:{hi}"))
+}
+
 /// The arguments of `hxcomm` (the launcher, then the rank program, both `exe`) for one job.
 pub fn job_args(
     mode: &Mode,
@@ -147,6 +200,18 @@ pub fn job_args(
     rails: u32,
     bench: Bench,
     seg: &Segment,
+) -> Vec<String> {
+    sized_job_args(mode, exe, policy, rails, bench, seg, seg.sizes)
+}
+
+fn sized_job_args(
+    mode: &Mode,
+    exe: &str,
+    policy: &str,
+    rails: u32,
+    bench: Bench,
+    seg: &Segment,
+    sizes: &str,
 ) -> Vec<String> {
     let mut a: Vec<String> = vec!["run".into(), "-n".into(), "2".into()];
     match mode {
@@ -163,7 +228,7 @@ pub fn job_args(
     a.extend(["--policy".into(), policy.into()]);
     a.extend(["--timeout".into(), JOB_TIMEOUT_S.to_string(), "--".into()]);
     a.extend([exe.into(), "bench".into(), bench.name().into()]);
-    a.extend(["--sizes".into(), seg.sizes.into()]);
+    a.extend(["--sizes".into(), sizes.into()]);
     a.extend(["--iterations".into(), seg.iterations.to_string()]);
     a.extend(["--warmup".into(), seg.warmup.to_string()]);
     if let Some(w) = seg.warmup_first {
@@ -193,6 +258,33 @@ mod tests {
             a,
             "run -n 2 --net --name hxd --env HX_RAILS=r0,r1 --policy stripe --timeout 90 -- \
              /x/hxcomm bench bw --sizes 1M:4M --iterations 1 --warmup 1 --window 8 --json"
+        );
+    }
+
+    #[test]
+    fn a_second_look_runs_one_segment_longer_for_the_sizes_asked() {
+        let segs = segments(Bench::Bibw, false);
+        assert_eq!(size_range(&segs[0]), Some((1, 4096)));
+        assert_eq!(size_range(&segs[4]), Some((512 * 1024, 512 * 1024)));
+        assert_eq!(segment_of(&segs, 1024), Some(0));
+        assert_eq!(segment_of(&segs, 32 * 1024), Some(2));
+        assert_eq!(segment_of(&segs, 4 << 20), Some(5));
+        assert_eq!(segment_of(&segs, 8 << 20), None);
+        let mode = Mode::Testbed { name: "hxd".into() };
+        let a = second_look_args(
+            &mode,
+            "/x/hxcomm",
+            "rr",
+            4,
+            Bench::Bibw,
+            &segs[0],
+            (8, 1024),
+        );
+        assert_eq!(
+            a.join(" "),
+            "run -n 2 --net --name hxd --env HX_RAILS=r0,r1,r2,r3 --policy rr --timeout 90 -- \
+             /x/hxcomm bench bibw --sizes 8:1024 --iterations 128 --warmup 4 --warmup-first 64 \
+             --window 64 --json"
         );
     }
 
