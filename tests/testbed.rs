@@ -154,3 +154,95 @@ fn random_traffic_over_rate_limited_rails_under_every_policy() {
         "state file left behind"
     );
 }
+
+/// `hxcomm demo --quick` end to end on a testbed of its own, with a second look at its misses
+/// (the quick demo's points are short, and it misses plenty): the report's files, every
+/// unexplained miss at 2 and 4 rails looked at again (one run each), the verdict lines, and the
+/// testbed gone afterwards.
+#[test]
+fn the_quick_demo_reports_and_looks_again_at_its_misses() {
+    if !util::skip::need_netns() {
+        return;
+    }
+    let name = format!("dq{}", std::process::id() % 10000);
+    let out_dir = std::env::temp_dir().join(format!("hxcomm-demo-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out_dir);
+    // The demo takes the benchmark lock itself.
+    let out = Command::new(hxcomm())
+        .args([
+            "demo",
+            "--quick",
+            "--no-unlimited",
+            "--second-look-runs",
+            "1",
+        ])
+        .args(["--name", &name, "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(namespaces_of(&name).is_empty(), "testbed left behind");
+    for f in ["results.json", "summary.txt", "summary.md", "latency.svg"] {
+        assert!(out_dir.join(f).is_file(), "{f} missing: {stdout}");
+    }
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+            .unwrap();
+    let v = &r["verdicts"];
+    let bar = &v["bars"][0];
+    assert_eq!(bar["name"], "1gbit, 2 and 4 rails, every size", "{v}");
+    // Misses left as measured: over the second looks' budget (a busy machine), or a failed job.
+    let some_left = stdout.contains("misses left as measured");
+    let (mut wanted, mut looked, mut not_reproduced, mut unexplained) = (0, 0, 0, 0);
+    for g in v["groups"].as_array().unwrap() {
+        if g["part"] != "1gbit" || g["rails"].as_u64().unwrap() < 2 {
+            continue;
+        }
+        for p in g["points"].as_array().unwrap() {
+            let explained = p["verdict"] == "MISS"
+                && (p["faster_than_wire"] == true || !p["placed_in_machine"].is_null());
+            let wants = p["verdict"] == "MISS" && !explained;
+            let l = &p["second_look"];
+            if !wants {
+                assert!(l.is_null(), "a second look where none was wanted: {p}");
+                if p["verdict"] != "ok" && !explained {
+                    unexplained += 1; // no figure on one side
+                }
+                continue;
+            }
+            wanted += 1;
+            if l.is_null() {
+                assert!(some_left, "a miss without its second look: {p}\n{stdout}");
+                unexplained += 1;
+                continue;
+            }
+            // One run each: figures on both sides, a ratio and a verdict.
+            assert_eq!(l["runs"], 1, "{p}");
+            assert_eq!(l["iterations_factor"], 4, "{p}");
+            assert!(l["adaptive"].as_f64().unwrap() > 0.0 && l["best"].as_f64().unwrap() > 0.0);
+            assert!(l["verdict"] == "ok" || l["verdict"] == "MISS", "{p}");
+            looked += 1;
+            if l["verdict"] == "ok" {
+                not_reproduced += 1;
+            } else {
+                unexplained += 1;
+            }
+        }
+    }
+    assert_eq!(bar["misses_not_reproduced"], not_reproduced, "{bar}");
+    assert_eq!(bar["misses_unexplained"], unexplained, "{bar}");
+    if looked > 0 {
+        assert!(stdout.contains("  second look, 1gbit "), "{stdout}");
+        assert!(
+            stdout.contains("[second look, 1 runs of 4x the iterations:"),
+            "{stdout}"
+        );
+    } else {
+        println!(
+            "the quick demo looked again at none of its {wanted} unexplained misses this time"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out_dir);
+}

@@ -48,9 +48,26 @@ pub struct DemoArgs {
     /// rate limit), which runs by default after the 1 Gbit/s part.
     #[arg(long)]
     pub no_unlimited: bool,
+    /// Runs of adaptive and of the policy it missed against in the second look at each miss
+    /// at 2 and 4 rails that nothing else explains (README); 0 takes none. Default 3, 0 with
+    /// --quick.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=9))]
+    pub second_look_runs: Option<u32>,
 }
 
 impl DemoArgs {
+    /// The runs of each policy in a second look (0: none).
+    pub fn second_look_runs(&self) -> usize {
+        self.second_look_runs.map_or(
+            if self.quick {
+                0
+            } else {
+                plan::SECOND_LOOK_RUNS
+            },
+            |n| n as usize,
+        )
+    }
+
     /// The runs of every segment.
     pub fn runs(&self) -> usize {
         self.runs
@@ -240,8 +257,9 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
             };
             verdict::mark_faster_than_wire(&mut groups, results::RAIL_MB_PER_S, whole_up_to);
         }
-        if !args.quick {
-            second_look(&mode, &exe, &part1, &mut groups)?;
+        let look_runs = args.second_look_runs();
+        if look_runs > 0 {
+            second_look(&mode, &exe, &part1, look_runs, &mut groups)?;
         }
         Ok((configs, groups))
     };
@@ -460,12 +478,13 @@ fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, Str
 /// Runs a second look ([`verdict::SecondLook`]) at the misses of `part` on 2 and more rails
 /// that nothing else explains: per rail count, benchmark, segment and best fixed policy, the
 /// missed sizes' range again, adaptive and that policy in turn (the order alternating),
-/// [`plan::SECOND_LOOK_RUNS`] times each with [`plan::SECOND_LOOK_FACTOR`] times the
-/// iterations, within [`plan::SECOND_LOOK_BUDGET_S`] seconds in all.
+/// `runs` times each with [`plan::SECOND_LOOK_FACTOR`] times the iterations, within
+/// [`plan::SECOND_LOOK_BUDGET_S`] seconds in all.
 fn second_look(
     mode: &Mode,
     exe: &str,
     part: &Part,
+    runs: usize,
     groups: &mut [verdict::Group],
 ) -> Result<(), String> {
     // (group, segment, best policy) -> the sizes to look at again.
@@ -507,7 +526,10 @@ fn second_look(
             sizes.iter().map(|&b| (b, vec![])).collect(),
             sizes.iter().map(|&b| (b, vec![])).collect(),
         ];
-        for run in 0..plan::SECOND_LOOK_RUNS {
+        // A batch is looked at whole or not at all: over the budget, or a job that fails
+        // (the second look is extra: the first look's results stand, with a warning).
+        let mut whole = true;
+        'runs: for run in 0..runs {
             for k in 0..2 {
                 let which = (k + run) % 2;
                 let policy = if which == 0 {
@@ -516,15 +538,36 @@ fn second_look(
                     best.as_str()
                 };
                 proc::check_interrupted()?;
+                if t0.elapsed() >= budget {
+                    whole = false;
+                    break 'runs;
+                }
                 let args = plan::second_look_args(mode, exe, policy, rails, bench, &seg, range);
                 let deadline = Duration::from_secs(plan::JOB_TIMEOUT_S as u64 + 10);
-                let stdout = job::run(exe, &args, deadline)?;
-                for p in results::parse_lines(&stdout, bench)? {
+                let points = job::run(exe, &args, deadline)
+                    .and_then(|stdout| results::parse_lines(&stdout, bench));
+                let points = match points {
+                    Ok(p) => p,
+                    Err(e) => {
+                        eprintln!(
+                            "hxcomm demo: warning: a second look failed, its misses stay as \
+                             measured: `hxcomm {}`: {e}",
+                            args.join(" ")
+                        );
+                        whole = false;
+                        break 'runs;
+                    }
+                };
+                for p in points {
                     if let Some(f) = figures[which].iter_mut().find(|f| f.0 == p.bytes) {
                         f.1.push(p.value);
                     }
                 }
             }
+        }
+        if !whole {
+            left += sizes.len();
+            continue;
         }
         let mut said = Vec::new();
         for p in groups[gi]
@@ -552,14 +595,14 @@ fn second_look(
             "  second look, {} {rails} rails {} against {best} ({} runs each, {}x the iterations): {}",
             part.label,
             bench.name(),
-            plan::SECOND_LOOK_RUNS,
+            runs,
             plan::SECOND_LOOK_FACTOR,
             said.join(", ")
         );
     }
     if left > 0 {
         println!(
-            "  second look: {left} misses left as measured ({} s budget spent)",
+            "  second look: {left} misses left as measured (the {} s budget spent, or a job failed)",
             plan::SECOND_LOOK_BUDGET_S
         );
     }

@@ -167,7 +167,7 @@ pub fn segment_of(segments: &[Segment], bytes: u64) -> Option<usize> {
 /// Times the iterations of the first look that a second look at a miss runs
 /// (verdict::SecondLook).
 pub const SECOND_LOOK_FACTOR: u32 = 4;
-/// Runs of each policy in a second look.
+/// Runs of each policy in a second look (`hxcomm demo --second-look-runs`).
 pub const SECOND_LOOK_RUNS: usize = 3;
 /// What the second looks may take together, after which the misses left keep their first
 /// verdict only (the demo stays under 3 minutes).

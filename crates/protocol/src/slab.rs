@@ -58,6 +58,8 @@ impl<T> Slab<T> {
             Handle { idx, gen: s.gen }
         } else {
             let idx = self.slots.len() as u32;
+            // Bit 31 of an index marks another table's handles (core::INLINE_BIT).
+            debug_assert!(idx < 1 << 31, "slab full");
             self.slots.push(Slot {
                 gen: 1,
                 val: Some(val),
