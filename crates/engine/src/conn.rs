@@ -79,6 +79,10 @@ pub(crate) struct RailSlot {
     /// Its socket's SO_RCVLOWAT (0: the default, 1 byte), raised while a large payload arrives
     /// (Engine::tune_rcvlowat).
     pub rcvlowat: u32,
+    /// When that mark was set (to see how fast it fills).
+    pub rcvlowat_since: Option<Instant>,
+    /// The rail filled a mark faster than marks pay: none until then.
+    pub rcvlowat_off_until: Option<Instant>,
 }
 
 impl RailSlot {
@@ -97,6 +101,8 @@ impl RailSlot {
             was_up: false,
             lowat_raised: false,
             rcvlowat: 0,
+            rcvlowat_since: None,
+            rcvlowat_off_until: None,
         }
     }
 }
@@ -519,6 +525,7 @@ impl Engine {
             self.raised_lowat -= 1;
         }
         r.rcvlowat = 0;
+        r.rcvlowat_since = None;
         r.mine = mine;
         r.gone = false;
         let warned = std::mem::take(&mut r.warned);
