@@ -423,7 +423,8 @@ fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, Str
                         let pi = (k + run - 1) % POLICIES.len();
                         proc::check_interrupted()?;
                         let t = Instant::now();
-                        let points = run_segment(mode, exe, POLICIES[pi], rails, bench, seg)?;
+                        let points =
+                            run_segment(mode, exe, POLICIES[pi], rails, bench, seg, seg.sizes)?;
                         collected[pi][bi][si].push(points);
                         seconds[pi] += t.elapsed().as_secs_f64();
                     }
@@ -516,10 +517,11 @@ fn second_look(
             left += sizes.len();
             continue;
         }
-        let seg = (part.segments)(bench)[si];
-        let range = (
-            *sizes.iter().min().unwrap_or(&0),
-            *sizes.iter().max().unwrap_or(&0),
+        let seg = plan::second_look_segment(&(part.segments)(bench)[si]);
+        let range = format!(
+            "{}:{}",
+            sizes.iter().min().unwrap_or(&0),
+            sizes.iter().max().unwrap_or(&0)
         );
         // figures[0]: adaptive's runs, [1]: the best policy's, per size.
         let mut figures: [Vec<(u64, Vec<f64>)>; 2] = [
@@ -542,17 +544,13 @@ fn second_look(
                     whole = false;
                     break 'runs;
                 }
-                let args = plan::second_look_args(mode, exe, policy, rails, bench, &seg, range);
-                let deadline = Duration::from_secs(plan::JOB_TIMEOUT_S as u64 + 10);
-                let points = job::run(exe, &args, deadline)
-                    .and_then(|stdout| results::parse_lines(&stdout, bench));
-                let points = match points {
+                let points = match run_segment(mode, exe, policy, rails, bench, &seg, &range) {
                     Ok(p) => p,
                     Err(e) => {
                         eprintln!(
-                            "hxcomm demo: warning: a second look failed, its misses stay as \
-                             measured: `hxcomm {}`: {e}",
-                            args.join(" ")
+                            "hxcomm demo: warning: a second look ({policy}, {rails} rails, {} \
+                             {range}) failed, its misses stay as measured: {e}",
+                            bench.name()
                         );
                         whole = false;
                         break 'runs;
@@ -609,7 +607,7 @@ fn second_look(
     Ok(())
 }
 
-/// One job: its points, checked to be there and on the rails asked for.
+/// One job of `seg` over `sizes`: its points, checked to be there and on the rails asked for.
 fn run_segment(
     mode: &Mode,
     exe: &str,
@@ -617,8 +615,9 @@ fn run_segment(
     rails: u32,
     bench: Bench,
     seg: &plan::Segment,
+    sizes: &str,
 ) -> Result<Vec<results::Point>, String> {
-    let args = plan::job_args(mode, exe, policy, rails, bench, seg);
+    let args = plan::job_args(mode, exe, policy, rails, bench, seg, sizes);
     let deadline = Duration::from_secs(plan::JOB_TIMEOUT_S as u64 + 10);
     let stdout = job::run(exe, &args, deadline)?;
     let points = results::parse_lines(&stdout, bench)?;

@@ -173,38 +173,19 @@ pub const SECOND_LOOK_RUNS: usize = 3;
 /// verdict only (the demo stays under 3 minutes).
 pub const SECOND_LOOK_BUDGET_S: u64 = 25;
 
-/// The arguments of one job of a second look: `seg` for the sizes `lo` to `hi` only, with
-/// [`SECOND_LOOK_FACTOR`] times its iterations and no floor.
-pub fn second_look_args(
-    mode: &Mode,
-    exe: &str,
-    policy: &str,
-    rails: u32,
-    bench: Bench,
-    seg: &Segment,
-    (lo, hi): (u64, u64),
-) -> Vec<String> {
-    let seg = Segment {
+/// A second look's segment: `seg` with [`SECOND_LOOK_FACTOR`] times its iterations and no
+/// floor (its job names the sizes to look at again).
+pub fn second_look_segment(seg: &Segment) -> Segment {
+    Segment {
         iterations: seg.iterations * SECOND_LOOK_FACTOR,
         floor: false,
         ..*seg
-    };
-    sized_job_args(mode, exe, policy, rails, bench, &seg, &format!("{lo}:{hi}"))
+    }
 }
 
-/// The arguments of `hxcomm` (the launcher, then the rank program, both `exe`) for one job.
+/// The arguments of `hxcomm` (the launcher, then the rank program, both `exe`) for one job of
+/// `seg` over `sizes` (`seg.sizes`, or a second look's range).
 pub fn job_args(
-    mode: &Mode,
-    exe: &str,
-    policy: &str,
-    rails: u32,
-    bench: Bench,
-    seg: &Segment,
-) -> Vec<String> {
-    sized_job_args(mode, exe, policy, rails, bench, seg, seg.sizes)
-}
-
-fn sized_job_args(
     mode: &Mode,
     exe: &str,
     policy: &str,
@@ -253,7 +234,7 @@ mod tests {
     fn testbed_job_line() {
         let mode = Mode::Testbed { name: "hxd".into() };
         let seg = segments(Bench::Bw, false)[5];
-        let a = job_args(&mode, "/x/hxcomm", "stripe", 2, Bench::Bw, &seg).join(" ");
+        let a = job_args(&mode, "/x/hxcomm", "stripe", 2, Bench::Bw, &seg, seg.sizes).join(" ");
         assert_eq!(
             a,
             "run -n 2 --net --name hxd --env HX_RAILS=r0,r1 --policy stripe --timeout 90 -- \
@@ -271,15 +252,8 @@ mod tests {
         assert_eq!(segment_of(&segs, 4 << 20), Some(5));
         assert_eq!(segment_of(&segs, 8 << 20), None);
         let mode = Mode::Testbed { name: "hxd".into() };
-        let a = second_look_args(
-            &mode,
-            "/x/hxcomm",
-            "rr",
-            4,
-            Bench::Bibw,
-            &segs[0],
-            (8, 1024),
-        );
+        let seg = second_look_segment(&segs[0]);
+        let a = job_args(&mode, "/x/hxcomm", "rr", 4, Bench::Bibw, &seg, "8:1024");
         assert_eq!(
             a.join(" "),
             "run -n 2 --net --name hxd --env HX_RAILS=r0,r1,r2,r3 --policy rr --timeout 90 -- \
@@ -291,7 +265,7 @@ mod tests {
     #[test]
     fn a_bandwidth_sweep_from_1_byte_warms_its_first_size_longer() {
         let seg = segments(Bench::Bibw, false)[0];
-        let a = job_args(&Mode::Loopback, "h", "rr", 2, Bench::Bibw, &seg).join(" ");
+        let a = job_args(&Mode::Loopback, "h", "rr", 2, Bench::Bibw, &seg, seg.sizes).join(" ");
         assert!(
             a.ends_with("h bench bibw --sizes 1:4k --iterations 32 --warmup 4 --warmup-first 64 --window 64 --floor --json"),
             "{a}"
@@ -301,7 +275,16 @@ mod tests {
     #[test]
     fn loopback_job_line() {
         let seg = segments(Bench::Latency, false)[0];
-        let a = job_args(&Mode::Loopback, "h", "bind", 4, Bench::Latency, &seg).join(" ");
+        let a = job_args(
+            &Mode::Loopback,
+            "h",
+            "bind",
+            4,
+            Bench::Latency,
+            &seg,
+            seg.sizes,
+        )
+        .join(" ");
         assert_eq!(
             a,
             "run -n 2 --env HX_LOOPBACK_RAILS=4 --env HX_TRANSPORTS=tcp --policy bind --timeout 90 -- \
