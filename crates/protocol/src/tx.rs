@@ -892,7 +892,8 @@ impl<B: Buffer> Core<B> {
     /// How much per turn: a lone rail takes whole chunks (`max_chunk` each) of everything
     /// waiting, in one write. Several rails: one chunk of each waiting message, so that
     /// medium-size messages still leave over every rail, as many as one write carries (on fast
-    /// links the CPU, not the wire, is the limit: few writes per byte). A rail whose socket
+    /// links the CPU, not the wire, is the limit: few writes per byte); in a stream, whole
+    /// messages one after another instead (see below). A rail whose socket
     /// takes less hands the chunks it did not start back ([`hand_back`](Self::hand_back)), so
     /// a slow rail never sits on work a faster one would pull. At most `slots` chunks (each
     /// takes two iovecs); a chunk handed back is taken whole.
@@ -916,6 +917,9 @@ impl<B: Buffer> Core<B> {
         // them. Splitting them gains nothing while the other rails have their own, and costs
         // frames, writes and (at the receiver) copies out of the stage for chunks smaller than
         // it: 64 KiB messages both ways over 4 unlimited rails went 0.75x round robin's rate.
+        // A turn takes them one after another, not a chunk of each in turn: messages larger
+        // than a chunk then leave whole on one rail too, and complete one by one instead of
+        // all at the end (4 unlimited rails, 1 MiB one way: 1.14x, both ways 1.11x).
         // The last few (fewer in flight than rails x 2) are split again, so rails finish
         // together.
         let stream = rails > 1 && p.pull_q.len() + p.wait_cts.len() >= 2 * rails;
@@ -955,7 +959,7 @@ impl<B: Buffer> Core<B> {
             job.next += n;
             if job.next == job.end {
                 p.pull_q.remove(i);
-            } else if rails > 1 {
+            } else if rails > 1 && !stream {
                 i += 1;
             }
             let r = &mut p.rails[rail];
@@ -1174,23 +1178,43 @@ mod pull_tests {
 
     #[test]
     fn with_company_a_turn_takes_one_chunk_of_each_waiting_message() {
-        // 4 rails, ten 1 MiB messages: 10 MiB waiting, so full chunks (256 KiB), one of each
-        // message per turn, as many as one write carries.
-        let mut c = core(4, 10, 1 << 20);
+        // 4 rails, five 1 MiB messages (fewer than 2 per rail): 5 MiB waiting, so full chunks
+        // (256 KiB), one of each message per turn, as many as one write carries.
+        let mut c = core(4, 5, 1 << 20);
         let k = 256 * 1024;
         c.pull_turn(1, 0, 32);
         assert_eq!(
             chunks(&c, 0),
-            (0..10u64).map(|s| (s, 0, k)).collect::<Vec<_>>()
+            (0..5u64).map(|s| (s, 0, k)).collect::<Vec<_>>()
         );
-        // The next rail takes the second chunks of the same messages: each leaves on every rail.
+        // The next rail takes the second chunks of the same messages (smaller: less is left):
+        // each leaves on every rail.
         c.pull_turn(1, 1, 32);
-        let second: Vec<_> = (0..10u64).map(|s| (s, k as u64, k)).collect();
-        assert_eq!(chunks(&c, 1), second);
+        let second: Vec<_> = chunks(&c, 1).iter().map(|&(s, off, _)| (s, off)).collect();
+        assert_eq!(second, (0..5u64).map(|s| (s, k as u64)).collect::<Vec<_>>());
         // At most `slots` chunks a turn.
-        let mut c = core(4, 10, 1 << 20);
+        let mut c = core(4, 5, 1 << 20);
         c.pull_turn(1, 0, 4);
         assert_eq!(chunks(&c, 0).len(), 4);
+    }
+
+    #[test]
+    fn in_a_stream_a_turn_takes_whole_messages_one_after_another() {
+        // Ten 1 MiB messages over 4 rails: a stream. A turn takes the chunks of one message in a
+        // row, then the next message's: each leaves whole on one rail, as round robin sends it.
+        let mut c = core(4, 10, 1 << 20);
+        let k = 256 * 1024;
+        c.pull_turn(1, 0, 6);
+        let first: Vec<_> = (0..6u64).map(|i| (i / 4, i % 4 * k as u64, k)).collect();
+        assert_eq!(chunks(&c, 0), first);
+        // The next rail goes on where the first stopped.
+        c.pull_turn(1, 1, 2);
+        assert_eq!(
+            chunks(&c, 1),
+            vec![(1, 2 * k as u64, k), (1, 3 * k as u64, k)]
+        );
+        c.pull_turn(1, 2, 1);
+        assert_eq!(chunks(&c, 2), vec![(2, 0, k)]);
     }
 
     #[test]
