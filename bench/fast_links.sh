@@ -9,6 +9,9 @@
 #
 # BEFORE=/path/to/an/older/hxcomm adds a column "before": the adaptive policy of that build, run in
 # turn with the others (before/after comparisons on a machine whose speed drifts between runs).
+# CONTROL=1 adds a column "control": the adaptive policy of the same build run a second time, judged
+# like adaptive (control / best). Identical runs are never 1.00 here: control / best is what the
+# machine's noise and the statistic (the lowest of three medians) make of no difference at all.
 #
 # Takes /tmp/hxcomm-bench.lock for the whole run (the machine has 2 cores: one measurement at
 # a time) and brings its testbed (`fl`) down on exit.
@@ -26,6 +29,7 @@ if [ -n "${BEFORE:-}" ]; then
   B=$(realpath "$BEFORE")
   POLICIES="$POLICIES before"
 fi
+[ "${CONTROL:-0}" = 1 ] && POLICIES="$POLICIES control"
 raw=$(mktemp) out=$(mktemp)
 trap '"$H" net down --name $NAME >/dev/null 2>&1 || true; rm -f "$raw" "$out"' EXIT
 
@@ -43,6 +47,7 @@ for r in $RAILS; do
       p=${pols[$(( (k + i - 1) % n ))]}
       bin=$H pol=$p
       [ "$p" = before ] && bin=$B pol=adaptive
+      [ "$p" = control ] && pol=adaptive
       # Parsed after the run: a parser starting beside the ranks slows the first size.
       "$bin" run --net --name $NAME -n 2 --policy "$pol" -- "$bin" bench "$BENCH" --sizes "$SIZES" --json >"$out"
       python3 -c '
@@ -68,7 +73,7 @@ for line in open(raw):
     bw[(r, p, int(size))].append(float(mbs))
     cpu[(r, p, int(size))].append(float(c))
     per_run[(r, int(size), run)][p] = float(mbs)
-fixed = [p for p in policies if p not in ("adaptive", "before")]
+fixed = [p for p in policies if p not in ("adaptive", "before", "control")]
 def paired(r, s, a, b):
     # The median of a's rate over b's within each run: the VM changes speed between runs (a
     # switch in the middle of one gave a policy three fast runs of five), which a ratio of
@@ -77,7 +82,7 @@ def paired(r, s, a, b):
     return statistics.median(v) if v else float("nan")
 for r in sorted({k[0] for k in bw}, key=int):
     sizes = sorted({k[2] for k in bw if k[0] == r})
-    ratios = ["adaptive"] + (["before"] if "before" in policies else [])
+    ratios = ["adaptive"] + [p for p in ("before", "control") if p in policies]
     print(f"\n{r} rail(s): MB/s (CPU-s/GB), medians; adaptive / fastest fixed policy: the lowest, over the fixed policies, of the median of the ratios within each run\n")
     print("| size | " + " | ".join(policies) + " | " + " | ".join(f"{p} / best" for p in ratios) + " |")
     print("|---:|" + "---:|" * (len(policies) + len(ratios)))
