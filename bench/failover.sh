@@ -5,13 +5,15 @@
 # timeline, cuts RAILS_TO_CUT rails (default 1) of host 0 three seconds in, restores them four
 # seconds later, and reports: the 3-rail (or remaining) bandwidth after the cut against the same
 # number of rails measured alone, the time from the cut until the remaining rails are fully used,
-# and the time from the restore until the restored rail carries traffic (byte counters).
+# and the time from the restore until the restored rail carries traffic (byte counters), with the
+# iterations around the cut (seconds after it: MB/s). HXCOMM=/path/to/hxcomm measures another
+# build (default target/release/hxcomm, built if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cut_n=${1:-1}
 policy=${2:-adaptive}
 validate=${VALIDATE---validate}   # VALIDATE= (empty) measures without checking bytes
-B=target/release/hxcomm
+B=${HXCOMM:-target/release/hxcomm}
 [ -x $B ] || cargo build --release
 name=hxfo
 $B net up --name $name --hosts 2 --rails 4 --rate 1gbit >/dev/null
@@ -54,4 +56,5 @@ print(f"  after the cut (median, +1.5 s..restore): {steady:8.1f} MB/s = {100 * s
 print(f"  cut -> remaining rails at >=95%:      {full if full is None else round(full, 2)} s")
 print(f"  restore -> rail carries traffic:      {None if carries is None else round(carries - restore, 2)} s")
 print(f"  whole run ({len(tl)} iterations{', validated' if sys.argv[4] else ''}): {total:.1f} MB/s, completed")
+print("  around the cut (s after it: MB/s):", " ".join(f"{p['t'] - cut:.2f}: {p['mb_per_s']:.0f}" for p in tl if -0.3 < p["t"] - cut < 2.5))
 PY
