@@ -63,6 +63,9 @@ pub(crate) struct RecvState {
     /// SipHash set costs its keys and 48 bytes in every request.
     #[allow(clippy::box_collection)] // 8 bytes in every request instead of 48
     pub chunks: Option<Box<HashSet<u64>>>,
+    /// A peer's write into our region (key, address): the buffer goes back to the driver's
+    /// [`Regions`](crate::Regions) when it is placed.
+    pub rma_write: Option<(u64, u64)>,
 }
 
 /// A message that arrived before a matching receive was posted, or before its turn in sequence.
@@ -86,6 +89,12 @@ pub(crate) enum Body {
         claimed: Option<ReqId>,
     },
     Rts,
+    /// A remote memory access request or a read's answer (see `rma.rs`): the Rts's flags and
+    /// the address it carries (a refusal's reason code in an answer).
+    Rma {
+        flags: u8,
+        addr: u64,
+    },
 }
 
 /// A send that left at once ([`Core::inline_request`]): done from the start, it needs only
@@ -251,6 +260,9 @@ pub(crate) struct Peer {
     /// next write ([`release_words`](Core::release_words)).
     pub words_back: Vec<u64>,
     pub rdv_recv: HashMap<u64, ReqId>,
+    /// Reads of the peer's memory we asked for, by the request's sequence number, waiting for
+    /// its answer.
+    pub rma_reads: HashMap<u64, crate::rma::ReadWait>,
     /// Rendezvous receives (by seq) whose buffer was offered for a direct copy: only these may
     /// be completed by a FIN.
     pub direct_granted: HashSet<u64>,
@@ -306,6 +318,7 @@ impl Peer {
             delivery_wait: HashMap::new(),
             words_back: Vec::new(),
             rdv_recv: HashMap::new(),
+            rma_reads: HashMap::new(),
             direct_granted: HashSet::new(),
             pull_q: VecDeque::new(),
             rr_next: 0,
@@ -346,6 +359,8 @@ pub struct Core<B> {
     pub(crate) finished: Option<Vec<ReqId>>,
     /// Peers with words back held (`Peer::words_back`), possibly sent since.
     pub(crate) words_peers: Vec<Rank>,
+    /// Memory peers may read and write (remote memory access), if the driver lends any.
+    pub(crate) regions: Option<Box<dyn crate::Regions<B>>>,
 }
 
 /// Adaptive: messages at least this long rotate over rails even when the pair is quiet.
@@ -436,6 +451,7 @@ impl<B: Buffer> Core<B> {
             words_peers: Vec::new(),
             claimed: FxHashSet::default(),
             self_data: None,
+            regions: None,
         }
     }
 
@@ -511,7 +527,7 @@ impl<B: Buffer> Core<B> {
         }
     }
 
-    fn check_peer(&self, peer: Rank) -> Result<(), ProtoError> {
+    pub(crate) fn check_peer(&self, peer: Rank) -> Result<(), ProtoError> {
         if peer as usize >= self.peers.len() {
             return Err(ProtoError::Invalid(format!(
                 "rank {peer} out of range (job size {})",
@@ -739,6 +755,7 @@ impl<B: Buffer> Core<B> {
                 unreceived: 0,
                 rdv: None,
                 chunks: None,
+                rma_write: None,
             }),
             completion: Completion::Pending,
         });
@@ -900,6 +917,7 @@ impl<B: Buffer> Core<B> {
                 unreceived: 0,
                 rdv: None,
                 chunks: None,
+                rma_write: None,
             }),
             completion: Completion::Pending,
         });
@@ -942,13 +960,21 @@ impl<B: Buffer> Core<B> {
     /// freed here instead.
     pub fn drain_finished(&mut self) -> impl Iterator<Item = ReqId> + '_ {
         let reqs = &mut self.reqs;
+        let regions = &mut self.regions;
         self.finished
             .iter_mut()
             .flat_map(|f| f.drain(..))
             .filter(move |&r| match reqs.get(r) {
                 Some(q) if q.detached => {
                     if q.completion != Completion::Pending {
-                        reqs.remove(r);
+                        let q = reqs.remove(r).expect("just looked at");
+                        if let (ReqKind::Recv(rv), Some(g), Completion::Done(_)) =
+                            (&q.kind, regions.as_mut(), &q.completion)
+                        {
+                            if let Some((key, addr)) = rv.rma_write {
+                                g.placed(key, addr, q.buf);
+                            }
+                        }
                     }
                     false
                 }
@@ -1021,6 +1047,7 @@ impl<B: Buffer> Core<B> {
         p.delivery_wait.clear();
         p.words_back.clear();
         p.rdv_recv.clear();
+        p.rma_reads.clear();
         p.direct_granted.clear();
         let held: Vec<Handle> = std::mem::take(&mut p.reorder).into_values().collect();
         // Copies not made yet: their sends fail below.
@@ -1148,6 +1175,8 @@ impl<B: Buffer> Core<B> {
         h.value = w.msg_len as u64;
         let rail = self.pick_rail(w.peer);
         self.enqueue_on(w.peer, rail, TxItem::new(h, TxBody::None, None));
+        // A write that waited for the target's word: the copy placed it.
+        self.peers[w.peer as usize].delivery_wait.remove(&w.seq);
         if let Some(r) = self.reqs.get_mut(w.req) {
             let (mut src_ep, mut tag) = (0, 0);
             if let ReqKind::Send(s) = &mut r.kind {
@@ -1216,7 +1245,7 @@ impl<B: Buffer> Core<B> {
             .iter()
             .map(|(_, u)| match &u.body {
                 Body::Eager { data, .. } => data.len(),
-                Body::Rts => 0,
+                Body::Rts | Body::Rma { .. } => 0,
             })
             .sum()
     }
@@ -1294,6 +1323,20 @@ impl<B: Buffer> Core<B> {
     /// An arrival whose turn in sequence has come: match it or queue it as unexpected.
     pub(crate) fn deliver_in_order(&mut self, u: Handle) {
         let m = self.unexp.get(u).unwrap();
+        if let Body::Rma { flags, addr } = m.body {
+            let a = crate::rma::RmaArrival {
+                peer: m.src,
+                seq: m.seq,
+                src_ep: m.src_ep,
+                flags,
+                tag: m.tag,
+                addr,
+                len: m.len,
+            };
+            self.free_unexp(u);
+            self.rma_arrived(a);
+            return;
+        }
         let (ep, src, src_ep, tag) = (m.dst_ep, m.src, m.src_ep, m.tag);
         match self.take_posted(ep, src, src_ep, tag) {
             Some(req) => self.match_unexp(u, req),
@@ -1361,6 +1404,7 @@ impl<B: Buffer> Core<B> {
                 self.free_unexp(u);
                 self.start_rdv_recv(seq, req, msg);
             }
+            Body::Rma { .. } => unreachable!("remote memory access is never matched"),
             Body::Eager { filled, .. } => {
                 let done = *filled == len;
                 self.set_matched(req, msg, None);

@@ -20,6 +20,7 @@
 
 mod buffer;
 mod core;
+mod rma;
 mod rx;
 pub mod sim;
 mod slab;
@@ -27,6 +28,7 @@ mod tx;
 
 pub use crate::buffer::Buffer;
 pub use crate::core::{Core, DirectWrite, Filter, Stats, TagMatch};
+pub use crate::rma::{Access, Regions, RmaRefusal};
 pub use crate::slab::Handle;
 pub use crate::tx::InlineHeader;
 pub use hx_wire as wire;
@@ -149,6 +151,13 @@ pub enum ProtoError {
     PeerFailed { peer: Rank, reason: String },
     /// A caller error (bad rank, reserved tag, unknown request).
     Invalid(String),
+    /// The peer refused a remote memory access (a read or write of one of its regions).
+    Refused {
+        peer: Rank,
+        key: u64,
+        len: usize,
+        why: RmaRefusal,
+    },
 }
 
 impl fmt::Display for ProtoError {
@@ -168,6 +177,15 @@ impl fmt::Display for ProtoError {
             ),
             ProtoError::PeerFailed { peer, reason } => write!(f, "rank {peer} failed: {reason}"),
             ProtoError::Invalid(s) => f.write_str(s),
+            ProtoError::Refused {
+                peer,
+                key,
+                len,
+                why,
+            } => write!(
+                f,
+                "rank {peer} refused access to {len} bytes of its region {key:#x}: {why}"
+            ),
         }
     }
 }

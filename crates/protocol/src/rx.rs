@@ -4,8 +4,8 @@
 //! recognised and dropped (or, for a payload cut off mid-way, delivered again in full).
 
 use hx_wire::{
-    eager_view, EagerView, FrameHeader, FrameKind, FLAG_ACK_REQ, FLAG_DATA, HEADER_LEN,
-    MIN_HEADER_LEN,
+    eager_view, EagerView, FrameHeader, FrameKind, FLAG_ACK_REQ, FLAG_DATA, FLAG_READ, FLAG_RMA,
+    HEADER_LEN, MIN_HEADER_LEN,
 };
 
 fn data_of(h: &FrameHeader) -> Option<u64> {
@@ -37,6 +37,7 @@ fn msg_of(peer: crate::Rank, h: &FrameHeader) -> crate::Status {
 }
 
 use crate::core::{Body, ReqKind, Unexp};
+use crate::rma::RmaArrival;
 use crate::slab::Handle;
 use crate::{Buffer, Completion, Core, EpId, Filter, ProtoError, Rank, ReqId};
 
@@ -130,7 +131,7 @@ impl<B: Buffer> Core<B> {
                         .and_then(|r| r.buf.as_mut_slice().get_mut(p.off..end)),
                     Dest::Unexp(id) => self.unexp.get_mut(id).and_then(|u| match &mut u.body {
                         Body::Eager { data, .. } => data.get_mut(p.off..end),
-                        Body::Rts => None,
+                        Body::Rts | Body::Rma { .. } => None,
                     }),
                     Dest::Discard => None,
                 };
@@ -503,6 +504,12 @@ impl<B: Buffer> Core<B> {
                     }
                     return Ok((h.kind == FrameKind::Eager).then(|| Self::payload(dest, h)));
                 }
+                if h.kind == FrameKind::Rts {
+                    if let Err(what) = self.check_read_answer(peer, h) {
+                        return Err(Self::violation(peer, rail, h.seq, what));
+                    }
+                }
+                let p = &mut self.peers[peer as usize];
                 if h.seq - p.rx_seq > (1 << 20) {
                     return Err(Self::violation(
                         peer,
@@ -526,6 +533,9 @@ impl<B: Buffer> Core<B> {
             FrameKind::Cts => {
                 let p = &mut self.peers[peer as usize];
                 match p.wait_cts.remove(&h.seq) {
+                    Some(req) if h.flags & hx_wire::FLAG_REFUSED != 0 => {
+                        self.write_refused(peer, req, h.data)
+                    }
                     Some(req) => self.start_data(peer, req, h),
                     // A resent CTS for data already under way.
                     None if h.seq < p.tx_seq => {}
@@ -618,6 +628,18 @@ impl<B: Buffer> Core<B> {
     /// An eager message or RTS whose turn has come, with its header just read.
     fn arrive_in_order(&mut self, peer: Rank, h: &FrameHeader) -> Option<Dest> {
         let len = h.value as usize;
+        if h.kind == FrameKind::Rts && h.flags & (FLAG_RMA | FLAG_READ) != 0 {
+            self.rma_arrived(RmaArrival {
+                peer,
+                seq: h.seq,
+                src_ep: h.src_ep,
+                flags: h.flags,
+                tag: h.tag,
+                addr: h.data,
+                len,
+            });
+            return None;
+        }
         if let Some(req) = self.take_posted(h.dst_ep, peer, h.src_ep, h.tag) {
             if h.kind == FrameKind::Rts {
                 self.start_rdv_recv(h.seq, req, msg_of(peer, h));
@@ -640,6 +662,11 @@ impl<B: Buffer> Core<B> {
                 data: self.alloc_buf(len),
                 filled: 0,
                 claimed: None,
+            }
+        } else if h.flags & (FLAG_RMA | FLAG_READ) != 0 {
+            Body::Rma {
+                flags: h.flags,
+                addr: h.data,
             }
         } else {
             Body::Rts
@@ -703,7 +730,13 @@ impl<B: Buffer> Core<B> {
                         f.push(req);
                     }
                     rv.chunks = None;
+                    let rma_write = rv.rma_write.is_some();
                     if let Some((from, seq)) = rv.rdv {
+                        if rma_write && self.peers[from as usize].lossless {
+                            // Over a lossless link the writer completes on this word, not
+                            // when it has written (see rma.rs).
+                            self.word_back(from, seq);
+                        }
                         self.peers[from as usize].rdv_recv.remove(&seq);
                         self.peers[from as usize].direct_granted.remove(&seq);
                         // The sender completes when its data is acknowledged, on every rail
@@ -744,7 +777,7 @@ fn write_dest<B: Buffer>(
         Dest::Req(id) => reqs.get_mut(id).map(|r| r.buf.as_mut_slice()),
         Dest::Unexp(id) => unexp.get_mut(id).and_then(|u| match &mut u.body {
             Body::Eager { data, .. } => Some(data.as_mut_slice()),
-            Body::Rts => None,
+            Body::Rts | Body::Rma { .. } => None,
         }),
         Dest::Discard => None,
     };

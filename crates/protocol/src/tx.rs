@@ -671,6 +671,12 @@ impl<B: Buffer> Core<B> {
             if let ReqKind::Send(s) = &mut r.kind {
                 s.unacked -= len.min(s.unacked);
                 if s.unacked == 0 && r.completion == Completion::Pending {
+                    if s.delivery == crate::core::Delivery::Waiting {
+                        // A write over a lossless link: written is not yet placed; the
+                        // target's word completes it.
+                        s.delivery = crate::core::Delivery::Sent;
+                        return;
+                    }
                     if let Some(f) = &mut self.finished {
                         f.push(req);
                     }

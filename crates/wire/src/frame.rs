@@ -39,6 +39,17 @@ pub const FLAG_DATA_IN_VALUE: u8 = 8;
 /// Flag on an Eager frame: the sender waits to hear that the receiver has taken the message
 /// (into a receive, or held until one comes): a [`FrameKind::Delivered`] back.
 pub const FLAG_DELIVERY: u8 = 16;
+/// Flag on an Rts: not a message but remote memory access (libfabric's FI_RMA): `tag` is the
+/// target's region key, `data` the address in the target, `value` the length. Alone, a write:
+/// its data follows the target's Cts as a rendezvous message's would. With [`FLAG_READ`], a
+/// read: the target answers with an Rts of its own carrying [`FLAG_READ`] alone.
+pub const FLAG_RMA: u8 = 32;
+/// Flag on an Rts: with [`FLAG_RMA`], a read request; alone, the answer to the read request
+/// whose sequence number is in `tag` (its data follows the reader's Cts).
+pub const FLAG_READ: u8 = 64;
+/// Flag on a read's answer (an Rts with [`FLAG_READ`]) or on a write's Cts: the target refused
+/// the access; `data` says why (a reason code, see the protocol's `RmaRefusal`), no data follows.
+pub const FLAG_REFUSED: u8 = 128;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +206,17 @@ impl FrameHeader {
                 value,
             })
         };
+        let rma = self.flags & (FLAG_RMA | FLAG_READ);
+        if rma != 0 && self.kind != FrameKind::Rts {
+            return bad("remote memory access flags", self.flags as u64);
+        }
+        if self.flags & FLAG_REFUSED != 0 {
+            let answer = self.kind == FrameKind::Rts && rma == FLAG_READ && self.value == 0;
+            let cts = self.kind == FrameKind::Cts && self.flags & FLAG_DIRECT == 0;
+            if !answer && !cts {
+                return bad("refusal flag", self.flags as u64);
+            }
+        }
         match self.kind {
             FrameKind::Eager if self.value != self.payload_len as u64 => {
                 bad("message length != payload_len", self.value)
@@ -321,6 +343,10 @@ pub fn eager_view(buf: &[u8]) -> Option<EagerView> {
     let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let len = u32::from_le_bytes(b[12..16].try_into().unwrap());
     let flags = b[5];
+    if flags & (FLAG_RMA | FLAG_READ | FLAG_REFUSED) != 0 {
+        // Never on an eager frame: the full parse says so.
+        return None;
+    }
     if flags & FLAG_DATA_IN_VALUE != 0 {
         if flags & FLAG_DATA != 0 {
             return None;
@@ -578,5 +604,41 @@ mod tests {
             FrameHeader::parse(&data.to_bytes()),
             Err(WireError::Inconsistent { .. })
         ));
+    }
+
+    #[test]
+    fn remote_memory_access_flags_only_where_they_mean_something() {
+        let with = |kind, flags, value| {
+            let mut h = FrameHeader::new(kind);
+            h.flags = flags;
+            h.value = value;
+            h.payload_len = if kind == FrameKind::Data { 8 } else { 0 };
+            FrameHeader::parse(&h.to_bytes()).map(|(h, _)| h.flags)
+        };
+        // Accepted: a write, a read request, a read's answer, refusals of either.
+        assert_eq!(with(FrameKind::Rts, FLAG_RMA, 10), Ok(FLAG_RMA));
+        assert_eq!(with(FrameKind::Rts, FLAG_RMA | FLAG_READ, 10), Ok(96));
+        assert_eq!(with(FrameKind::Rts, FLAG_READ, 10), Ok(FLAG_READ));
+        assert_eq!(with(FrameKind::Rts, FLAG_READ | FLAG_REFUSED, 0), Ok(192));
+        assert_eq!(with(FrameKind::Cts, FLAG_REFUSED, 0), Ok(FLAG_REFUSED));
+        // Refused: the flags on other kinds, a refusal that carries a length or asks something.
+        for (kind, flags, value) in [
+            (FrameKind::Data, FLAG_RMA, 0),
+            (FrameKind::Cts, FLAG_READ, 0),
+            (FrameKind::Fin, FLAG_RMA, 0),
+            (FrameKind::Rts, FLAG_READ | FLAG_REFUSED, 5),
+            (FrameKind::Rts, FLAG_RMA | FLAG_REFUSED, 0),
+            (FrameKind::Rts, FLAG_REFUSED, 0),
+            (FrameKind::Cts, FLAG_REFUSED | FLAG_DIRECT, 0),
+            (FrameKind::Ack, FLAG_REFUSED, 0),
+        ] {
+            assert!(
+                matches!(
+                    with(kind, flags, value),
+                    Err(WireError::Inconsistent { .. })
+                ),
+                "{kind:?} flags {flags} value {value}"
+            );
+        }
     }
 }

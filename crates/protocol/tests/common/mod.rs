@@ -1,8 +1,11 @@
 //! Shared scenario driver for the protocol tests: random messages between simulated ranks,
 //! checked byte for byte.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use hx_protocol::sim::{Cluster, Rng};
-use hx_protocol::{Completion, Config, Policy, ReqId};
+use hx_protocol::{Access, Completion, Config, Policy, ProtoError, Regions, ReqId, RmaRefusal};
 
 pub fn pattern(src: u32, idx: usize, len: usize) -> Vec<u8> {
     let mut x = (src as u64) << 32 | idx as u64 | 1;
@@ -75,6 +78,153 @@ pub fn run_lossless_scenario(
     run_inner(ranks, 1, cfg, msgs, seed, 0, true).map(|(_, express)| express)
 }
 
+/// A rank's memory as peers read and write it: regions by key (bytes, readable, writable).
+type RegionMap = Arc<Mutex<HashMap<u64, (Vec<u8>, bool, bool)>>>;
+
+/// The simulator's [`Regions`]: addresses are offsets into the region (there is no shared
+/// address space to name), a write lands in a copy that [`Regions::placed`] puts in place.
+pub struct SimRegions(pub RegionMap);
+
+impl Regions<Vec<u8>> for SimRegions {
+    fn resolve(
+        &mut self,
+        key: u64,
+        addr: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<Vec<u8>, RmaRefusal> {
+        let map = self.0.lock().unwrap();
+        let (mem, readable, writable) = map.get(&key).ok_or(RmaRefusal::UnknownKey)?;
+        let allowed = match access {
+            Access::Read => *readable,
+            Access::Write => *writable,
+        };
+        if !allowed {
+            return Err(RmaRefusal::Denied);
+        }
+        let end = addr
+            .checked_add(len as u64)
+            .filter(|&e| e <= mem.len() as u64)
+            .ok_or(RmaRefusal::OutOfRange)?;
+        Ok(match access {
+            Access::Read => mem[addr as usize..end as usize].to_vec(),
+            Access::Write => vec![0; len],
+        })
+    }
+
+    fn placed(&mut self, key: u64, addr: u64, buf: Vec<u8>) {
+        let mut map = self.0.lock().unwrap();
+        let (mem, _, _) = map
+            .get_mut(&key)
+            .expect("placed into a region that was resolved");
+        mem[addr as usize..addr as usize + buf.len()].copy_from_slice(&buf);
+    }
+}
+
+const WRITE_KEY: u64 = 0x5000;
+const READ_KEY: u64 = 0x6000;
+const READ_REGION: usize = 256 * 1024;
+
+#[derive(Debug, Clone, Copy)]
+enum RmaKind {
+    /// Into the target's writable region at this offset (each write its own range).
+    Write(usize),
+    /// From the target's read-only region at this offset.
+    Read(usize),
+    /// Refused by the target for this reason: a write into its read-only region, an unknown
+    /// key, a range past a region's end.
+    Refused(Access, RmaRefusal),
+}
+
+#[derive(Debug)]
+struct RmaOp {
+    src: u32,
+    dst: u32,
+    len: usize,
+    kind: RmaKind,
+    req: Option<ReqId>,
+}
+
+fn read_region(rank: usize) -> Vec<u8> {
+    pattern(rank as u32, 999_999, READ_REGION)
+}
+
+/// Turns about a quarter of the messages into remote reads and writes (some of them refused);
+/// returns the messages left and the accesses, with each target's writable region size.
+fn split_rma(ranks: usize, msgs: &[Msg], rng: &mut Rng) -> (Vec<Msg>, Vec<RmaOp>, Vec<usize>) {
+    let mut left = Vec::new();
+    let mut ops = Vec::new();
+    let mut written = vec![0usize; ranks];
+    for m in msgs {
+        if rng.range(0, 3) != 0 {
+            left.push(m.clone());
+            continue;
+        }
+        let len = m.len.min(READ_REGION);
+        let kind = match rng.range(0, 9) {
+            0 => RmaKind::Refused(Access::Write, RmaRefusal::Denied),
+            1 if len > 0 => RmaKind::Refused(Access::Read, RmaRefusal::UnknownKey),
+            2 if len > 0 => RmaKind::Refused(Access::Read, RmaRefusal::OutOfRange),
+            3..=5 => RmaKind::Read(rng.range(0, READ_REGION - len)),
+            _ => {
+                let off = written[m.dst as usize];
+                written[m.dst as usize] += len;
+                RmaKind::Write(off)
+            }
+        };
+        let kind = match kind {
+            RmaKind::Refused(Access::Write, _) if len == 0 => RmaKind::Write(0),
+            k => k,
+        };
+        ops.push(RmaOp {
+            src: m.src,
+            dst: m.dst,
+            len,
+            kind,
+            req: None,
+        });
+    }
+    (left, ops, written)
+}
+
+fn start_rma(sim: &mut Cluster, i: usize, op: &mut RmaOp) -> Result<(), String> {
+    let c = &mut sim.cores[op.src as usize];
+    let data = || pattern(op.src, 500_000 + i, op.len);
+    let r = match op.kind {
+        RmaKind::Write(off) => c.write(op.dst, WRITE_KEY, off as u64, data()),
+        RmaKind::Read(off) => c.read(op.dst, READ_KEY, off as u64, vec![0; op.len]),
+        RmaKind::Refused(Access::Write, _) => c.write(op.dst, READ_KEY, 0, data()),
+        RmaKind::Refused(_, RmaRefusal::UnknownKey) => c.read(op.dst, 0x7777, 0, vec![0; op.len]),
+        RmaKind::Refused(..) => c.read(op.dst, READ_KEY, u64::MAX - 2, vec![0; op.len]),
+    };
+    op.req = Some(r.map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+/// Checks a finished access: what it read, or that it was refused for the right reason.
+fn check_rma(sim: &mut Cluster, regions: &[RegionMap], i: usize, op: &RmaOp) -> Result<(), String> {
+    let (c, buf) = sim.cores[op.src as usize].take(op.req.unwrap()).unwrap();
+    match (op.kind, c) {
+        (RmaKind::Write(off), Completion::Done(_)) => {
+            let map = regions[op.dst as usize].lock().unwrap();
+            if map[&WRITE_KEY].0[off..off + op.len] != pattern(op.src, 500_000 + i, op.len)[..] {
+                return Err(format!("write {i} {op:?} not placed as written"));
+            }
+        }
+        (RmaKind::Read(off), Completion::Done(st)) => {
+            if st.len != op.len || buf[..] != read_region(op.dst as usize)[off..off + op.len] {
+                return Err(format!("read {i} {op:?} got other bytes ({st:?})"));
+            }
+        }
+        (
+            RmaKind::Refused(_, why),
+            Completion::Failed(ProtoError::Refused { why: got, peer, .. }),
+        ) if got == why && peer == op.dst => {}
+        (_, c) => return Err(format!("remote access {i} {op:?} ended {c:?}")),
+    }
+    Ok(())
+}
+
 fn run_inner(
     ranks: usize,
     rails: usize,
@@ -85,7 +235,24 @@ fn run_inner(
     force_lossless: bool,
 ) -> Result<(u64, u64), String> {
     let mut rng = Rng::new(seed ^ 0xabcdef);
+    let mut rma_rng = Rng::new(seed ^ 0x5eed_4d4a);
+    let (msgs, mut rmas, written) = split_rma(ranks, msgs, &mut rma_rng);
+    let msgs = &msgs[..];
     let mut sim = Cluster::new(ranks, rails, cfg, seed);
+    let regions: Vec<RegionMap> = (0..ranks)
+        .map(|r| {
+            let mut map = HashMap::new();
+            map.insert(WRITE_KEY, (vec![0u8; written[r]], false, true));
+            map.insert(READ_KEY, (read_region(r), true, false));
+            Arc::new(Mutex::new(map))
+        })
+        .collect();
+    if !rmas.is_empty() {
+        for (c, g) in sim.cores.iter_mut().zip(&regions) {
+            c.set_regions(Box::new(SimRegions(g.clone())));
+        }
+    }
+    let mut next_rma = 0;
     // Same-host peers (no faults there): rendezvous data copied directly, the receiver told by
     // a FIN; and links that lose nothing, so nothing is logged or acknowledged.
     let lossless = force_lossless || (cut_every == 0 && seed % 5 < 2);
@@ -188,6 +355,10 @@ fn run_inner(
                 next_post += 1;
             }
             _ => {
+                if next_rma < rmas.len() && rma_rng.range(0, 1) == 0 {
+                    start_rma(&mut sim, next_rma, &mut rmas[next_rma])?;
+                    next_rma += 1;
+                }
                 for _ in 0..rng.range(1, 50) {
                     sim.step().map_err(|e| e.to_string())?;
                     if cut_every > 0 {
@@ -197,6 +368,14 @@ fn run_inner(
             }
         }
     }
+    while next_rma < rmas.len() {
+        start_rma(&mut sim, next_rma, &mut rmas[next_rma])?;
+        next_rma += 1;
+    }
+    let rmas_done = |s: &Cluster| {
+        rmas.iter()
+            .all(|o| !s.cores[o.src as usize].is_pending(o.req.unwrap()))
+    };
     // With faults: keep cutting for a while, restore whenever nothing can move (every rail of
     // some pair may be down), and restore everything after enough chaos.
     let mut steps = 0u64;
@@ -207,7 +386,8 @@ fn run_inner(
             && sends
                 .iter()
                 .zip(msgs)
-                .all(|(r, m)| !sim.cores[m.src as usize].is_pending(r.unwrap()));
+                .all(|(r, m)| !sim.cores[m.src as usize].is_pending(r.unwrap()))
+            && rmas_done(&sim);
         if finished {
             break;
         }
@@ -230,6 +410,7 @@ fn run_inner(
                     .iter()
                     .zip(msgs)
                     .all(|(r, m)| !s.cores[m.src as usize].is_pending(r.unwrap()))
+                && rmas_done(s)
         })
         .map_err(|e| e.to_string())?;
     if !done {
@@ -274,6 +455,17 @@ fn run_inner(
             "{} frames took the in-place path over lossy links",
             sim.express_reads
         ));
+    }
+    // The targets' sides of reads finish when the reader's acknowledgements come: let them.
+    sim.run_until(5_000_000, |_| false)
+        .map_err(|e| e.to_string())?;
+    for c in &mut sim.cores {
+        // Where the requests that served peers' accesses are freed (and, here, their copies
+        // of written bytes put in place).
+        c.take_finished(&mut Vec::new());
+    }
+    for (i, op) in rmas.iter().enumerate() {
+        check_rma(&mut sim, &regions, i, op)?;
     }
     let resent: u64 = sim.cores.iter().map(|c| c.resent_frames()).sum();
     for c in &sim.cores {
