@@ -61,6 +61,7 @@ echo "fabtests from $bin, provider from $FI_PROVIDER_PATH, server $srv_addr, cli
 single fi_getinfo_test
 single fi_cq_test
 single fi_dom_test
+single fi_mr_test
 # Invocations as in fabtests' own scripts/runfabtests.sh (-e rdm where the default endpoint type
 # would be MSG), plus -b for out-of-band address exchange, -v/-V to check data where offered.
 for mode in -b ""; do
@@ -78,6 +79,14 @@ pair fi_rdm_pingpong -b -v -I 200
 # too (with out-of-band sync a pre-posted receive is left over and the tags shift by one per
 # message size); it runs with fabtests' default addressing.
 pair fi_rdm_tagged_bw -v -I 50
+# Remote memory access (fi_read / fi_write, data checked), as runfabtests.sh runs fi_rma_bw, and
+# with delivery-complete writes (-U, what Open MPI's btl/ofi asks for); once with fabtests'
+# default addressing. writedata needs remote CQ data with RMA, which hxcomm does not offer.
+for op in write read; do
+  pair fi_rma_bw -b -e rdm -o $op -v -I 20
+  pair fi_rma_bw -b -e rdm -o $op -v -U -S all -I 3
+done
+pair fi_rma_bw -e rdm -o write -v -I 20
 # Not applicable, refused by fi_getinfo (-FI_ENODATA): fi_av_test asks for FI_SOCKADDR
 # addresses and fi_rdm_shared_av for FI_SHARED_AV (see README).
 for name in fi_av_test fi_rdm_shared_av; do

@@ -722,6 +722,46 @@ impl Engine {
         Ok(Request(req))
     }
 
+    /// Lends memory to peers' reads and writes ([`hx_protocol::Regions`]): their accesses are
+    /// served from and into what `regions` resolves, during this engine's progress.
+    pub fn set_regions(&mut self, regions: Box<dyn hx_protocol::Regions<EngineBuf>>) {
+        self.core.set_regions(regions);
+    }
+
+    /// Starts reading `buf.len()` bytes at `addr` of `peer`'s region `key` into `buf` (remote
+    /// memory access; the peer must lend memory, see [`set_regions`](Self::set_regions)).
+    ///
+    /// # Safety
+    /// A `Raw` buffer must stay valid and untouched by anyone else until the request completes.
+    pub unsafe fn iread(
+        &mut self,
+        peer: Rank,
+        key: u64,
+        addr: u64,
+        buf: EngineBuf,
+    ) -> Result<Request, Error> {
+        let req = self.core.read(peer, key, addr, buf)?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
+    /// Starts writing `buf` to `addr` of `peer`'s region `key`; completes once the peer has
+    /// placed all of it.
+    ///
+    /// # Safety
+    /// A `Raw` buffer must stay valid and unmodified until the request completes.
+    pub unsafe fn iwrite(
+        &mut self,
+        peer: Rank,
+        key: u64,
+        addr: u64,
+        buf: EngineBuf,
+    ) -> Result<Request, Error> {
+        let req = self.core.write(peer, key, addr, buf)?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
     /// Starts a receive of what `filter` takes (source, source endpoint, tag with ignore mask).
     ///
     /// # Safety

@@ -182,6 +182,57 @@ pub trait Backend: Send {
             "delivery-complete sends are not supported by this backend",
         ))
     }
+    /// Lends the memory registered in `regions` to peers' reads and writes (a domain opened
+    /// with FI_RMA). A backend that cannot says so (-FI_ENOSYS).
+    fn set_regions(
+        &mut self,
+        regions: std::sync::Arc<crate::mr::RegionTable>,
+    ) -> Result<(), BackendError> {
+        let _ = regions;
+        Err(BackendError::new(
+            crate::sys::FI_ENOSYS,
+            "remote memory access is not supported by this backend",
+        ))
+    }
+    /// fi_read: `len` bytes at `addr` of `peer`'s region `key` into `ptr`; completes once all
+    /// of them are there.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` stays valid until the op completes.
+    unsafe fn read(
+        &mut self,
+        ep: u16,
+        peer: PeerId,
+        ptr: *mut u8,
+        len: usize,
+        addr: u64,
+        key: u64,
+    ) -> Result<OpId, BackendError> {
+        let _ = (ep, peer, ptr, len, addr, key);
+        Err(BackendError::new(
+            crate::sys::FI_ENOSYS,
+            "remote memory access is not supported by this backend",
+        ))
+    }
+    /// fi_write: `buf` to `addr` of `peer`'s region `key`; completes once the peer has
+    /// placed all of it (delivery-complete).
+    ///
+    /// # Safety
+    /// A Borrowed buffer stays valid until the op completes.
+    unsafe fn write(
+        &mut self,
+        ep: u16,
+        peer: PeerId,
+        buf: SendBuf,
+        addr: u64,
+        key: u64,
+    ) -> Result<OpId, BackendError> {
+        let _ = (ep, peer, buf, addr, key);
+        Err(BackendError::new(
+            crate::sys::FI_ENOSYS,
+            "remote memory access is not supported by this backend",
+        ))
+    }
     /// # Safety
     /// The buffer stays valid until the op completes or is cancelled.
     #[allow(clippy::too_many_arguments)]

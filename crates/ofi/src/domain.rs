@@ -22,6 +22,8 @@ pub struct DomainObj {
     pub d: Arc<DomainShared>,
     /// Open endpoints, CQs, AVs and MRs: closing the domain before them is -FI_EBUSY.
     pub children: AtomicUsize,
+    /// Opened with FI_RMA: the memory registered for peers' reads and writes.
+    pub regions: Option<Arc<crate::mr::RegionTable>>,
 }
 
 pub struct DomainShared {
@@ -673,6 +675,16 @@ pub unsafe extern "C" fn hx_domain(
             crate::util::fatal(FI_LOG_DOMAIN, &format!("fi_domain: {why}"));
             e.errno
         })?;
+        // Asked for FI_RMA: registrations become regions peers may read and write.
+        let regions = ((*info).caps & FI_RMA != 0)
+            .then(|| Arc::new(crate::mr::RegionTable::new(da.map_or(0, |d| d.mr_mode))));
+        let mut backend = backend;
+        if let Some(t) = &regions {
+            backend.set_regions(t.clone()).map_err(|e| {
+                warn(FI_LOG_DOMAIN, &format!("fi_domain: {}", e.msg));
+                e.errno
+            })?;
+        }
         let f = fabric as *mut Fabric;
         let d = Box::new(DomainObj {
             fid: fid_domain {
@@ -691,6 +703,7 @@ pub unsafe extern "C" fn hx_domain(
                 da.is_some_and(|d| d.threading == FI_THREAD_DOMAIN),
             ),
             children: AtomicUsize::new(0),
+            regions,
         });
         (&*f).domains.fetch_add(1, Ordering::AcqRel);
         *dom = &mut Box::leak(d).fid;
@@ -736,13 +749,15 @@ unsafe extern "C" fn endpoint2(
     crate::ep::hx_endpoint(d, info, ep, context)
 }
 
-// ---- memory registration: never needed (no RMA); accepted so applications that register
-// anyway work. Key 0, desc NULL.
+// ---- memory registration: see mr.rs. Without FI_RMA a no-op (key 0, desc NULL), accepted
+// so applications that register anyway work; with it, regions peers may read and write.
 
 #[repr(C)]
 struct MrObj {
     fid: fid_mr,
     domain: *mut DomainObj,
+    /// Its entry in the domain's table, removed when it closes.
+    key: Option<u64>,
 }
 
 static MR_FI_OPS: fi_ops = fi_ops {
@@ -755,11 +770,27 @@ static MR_FI_OPS: fi_ops = fi_ops {
     ops_set: None,
 };
 
-unsafe fn new_mr(f: *mut fid, mr: *mut *mut fid_mr, context: *mut c_void) -> Result<i32, i32> {
+unsafe fn new_mr(
+    f: *mut fid,
+    pieces: &[(u64, usize)],
+    access: u64,
+    requested_key: u64,
+    mr: *mut *mut fid_mr,
+    context: *mut c_void,
+) -> Result<i32, i32> {
     if f.is_null() || mr.is_null() || (*f).fclass != FI_CLASS_DOMAIN {
         return Err(FI_EINVAL);
     }
     let d = f as *mut DomainObj;
+    let key = match &(*d).regions {
+        Some(t) => Some(t.register(pieces, access, requested_key).inspect_err(|_| {
+            warn(
+                FI_LOG_DOMAIN,
+                &format!("fi_mr_reg: key {requested_key:#x} is already registered"),
+            )
+        })?),
+        None => None,
+    };
     let m = Box::new(MrObj {
         fid: fid_mr {
             fid: fid {
@@ -768,56 +799,73 @@ unsafe fn new_mr(f: *mut fid, mr: *mut *mut fid_mr, context: *mut c_void) -> Res
                 ops: ptr(&MR_FI_OPS),
             },
             mem_desc: std::ptr::null_mut(),
-            key: 0,
+            key: key.unwrap_or(0),
         },
         domain: d,
+        key,
     });
     (&*d).children.fetch_add(1, Ordering::AcqRel);
     *mr = &mut Box::leak(m).fid;
     Ok(0)
 }
 
+/// The (address, length) pieces of `count` iovecs.
+unsafe fn pieces(iov: *const libc::iovec, count: usize) -> Result<Vec<(u64, usize)>, i32> {
+    if count > crate::hints::MR_IOV_LIMIT || (count > 0 && iov.is_null()) {
+        return Err(FI_EINVAL);
+    }
+    Ok((0..count)
+        .map(|i| {
+            let v = &*iov.add(i);
+            (v.iov_base as u64, v.iov_len)
+        })
+        .collect())
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn mr_reg(
     f: *mut fid,
-    _buf: *const c_void,
-    _len: usize,
-    _access: u64,
+    buf: *const c_void,
+    len: usize,
+    access: u64,
     _offset: u64,
-    _key: u64,
+    key: u64,
     _flags: u64,
     mr: *mut *mut fid_mr,
     context: *mut c_void,
 ) -> c_int {
-    ret_int(|| new_mr(f, mr, context))
+    ret_int(|| new_mr(f, &[(buf as u64, len)], access, key, mr, context))
 }
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn mr_regv(
     f: *mut fid,
-    _iov: *const libc::iovec,
-    _count: usize,
-    _access: u64,
+    iov: *const libc::iovec,
+    count: usize,
+    access: u64,
     _offset: u64,
-    _key: u64,
+    key: u64,
     _flags: u64,
     mr: *mut *mut fid_mr,
     context: *mut c_void,
 ) -> c_int {
-    ret_int(|| new_mr(f, mr, context))
+    ret_int(|| new_mr(f, &pieces(iov, count)?, access, key, mr, context))
 }
 
-/// The context of fi_mr_attr is not read (we do not mirror struct fi_mr_attr): fid.context is NULL.
 unsafe extern "C" fn mr_regattr(
     f: *mut fid,
-    attr: *const c_void,
+    attr: *const fi_mr_attr,
     _flags: u64,
     mr: *mut *mut fid_mr,
 ) -> c_int {
     if attr.is_null() {
         return -FI_EINVAL;
     }
-    ret_int(|| new_mr(f, mr, std::ptr::null_mut()))
+    ret_int(|| {
+        let a = &*attr;
+        let p = pieces(a.mr_iov, a.iov_count)?;
+        new_mr(f, &p, a.access, a.requested_key, mr, a.context)
+    })
 }
 
 unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
@@ -826,6 +874,9 @@ unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
     }
     ret_int(|| {
         let m = Box::from_raw(f as *mut MrObj);
+        if let (Some(key), Some(t)) = (m.key, &(*m.domain).regions) {
+            t.deregister(key);
+        }
         (&*m.domain).children.fetch_sub(1, Ordering::AcqRel);
         Ok(0)
     })

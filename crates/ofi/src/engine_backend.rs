@@ -9,7 +9,13 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use hx_engine::{Engine, EngineBuf, Express, Filter, Rank, Request, Settings, TagMatch};
+use hx_engine::{
+    Access, Engine, EngineBuf, Express, Filter, Rank, Regions, Request, RmaRefusal, Settings,
+    TagMatch,
+};
+use std::sync::Arc;
+
+use crate::mr::RegionTable;
 
 use crate::backend::{
     Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, Polled, SendBuf, SendTo,
@@ -514,8 +520,13 @@ struct Route {
     tag: u64,
 }
 
-/// The completion of an operation the engine failed.
-fn failed_op(op: OpId, is_recv: bool, e: impl std::fmt::Display) -> Done {
+/// The completion of an operation the engine failed: a remote memory access the peer
+/// refused is -FI_EACCES, anything else (a peer that failed) -FI_EIO.
+fn failed_op(op: OpId, is_recv: bool, e: hx_engine::Error) -> Done {
+    let errno = match e {
+        hx_engine::Error::Protocol(hx_engine::ProtoError::Refused { .. }) => FI_EACCES,
+        _ => FI_EIO,
+    };
     Done {
         op,
         is_recv,
@@ -524,7 +535,24 @@ fn failed_op(op: OpId, is_recv: bool, e: impl std::fmt::Display) -> Done {
         tag: 0,
         data: None,
         src: None,
-        error: Some((FI_EIO, format!("hxcomm: {e}"))),
+        error: Some((errno, format!("hxcomm: {e}"))),
+    }
+}
+
+/// The engine's view of the domain's registered memory: what a peer's read or write names,
+/// lent in place.
+struct EngineRegions(Arc<RegionTable>);
+
+impl Regions<EngineBuf> for EngineRegions {
+    fn resolve(
+        &mut self,
+        key: u64,
+        addr: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<EngineBuf, RmaRefusal> {
+        let ptr = self.0.find(key, addr, len, access)?;
+        Ok(EngineBuf::Raw { ptr, len })
     }
 }
 
@@ -646,6 +674,44 @@ impl Backend for EngineBackend {
             .isend_delivered(r.ep, r.rank, r.dst_ep, r.tag, to.data, engine_buf(buf))
             .map_err(|e| err(FI_EINVAL, e))?;
         Ok(self.track(req, send_op(req, to.ep)))
+    }
+
+    fn set_regions(&mut self, regions: Arc<RegionTable>) -> Result<(), BackendError> {
+        self.eng_mut().set_regions(Box::new(EngineRegions(regions)));
+        Ok(())
+    }
+
+    unsafe fn read(
+        &mut self,
+        ep: u16,
+        peer: PeerId,
+        ptr: *mut u8,
+        len: usize,
+        addr: u64,
+        key: u64,
+    ) -> Result<OpId, BackendError> {
+        let (rank, _) = self.peer(peer)?;
+        let req = self
+            .eng_mut()
+            .iread(rank, key, addr, EngineBuf::Raw { ptr, len })
+            .map_err(|e| err(FI_EINVAL, e))?;
+        Ok(self.track(req, send_op(req, ep)))
+    }
+
+    unsafe fn write(
+        &mut self,
+        ep: u16,
+        peer: PeerId,
+        buf: SendBuf,
+        addr: u64,
+        key: u64,
+    ) -> Result<OpId, BackendError> {
+        let (rank, _) = self.peer(peer)?;
+        let req = self
+            .eng_mut()
+            .iwrite(rank, key, addr, engine_buf(buf))
+            .map_err(|e| err(FI_EINVAL, e))?;
+        Ok(self.track(req, send_op(req, ep)))
     }
 
     fn inject(&mut self, to: SendTo, copy: Vec<u8>) -> Result<Option<OpId>, BackendError> {

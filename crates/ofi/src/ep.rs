@@ -109,6 +109,19 @@ static TAGGED_OPS: fi_ops_tagged = fi_ops_tagged {
     injectdata: Some(t_injectdata),
 };
 
+static RMA_OPS: fi_ops_rma = fi_ops_rma {
+    size: std::mem::size_of::<fi_ops_rma>(),
+    read: Some(rma_read),
+    readv: Some(rma_readv),
+    readmsg: Some(rma_readmsg),
+    write: Some(rma_write),
+    writev: Some(rma_writev),
+    writemsg: Some(rma_writemsg),
+    inject: Some(rma_inject),
+    writedata: Some(rma_writedata),
+    injectdata: Some(rma_injectdata),
+};
+
 pub unsafe extern "C" fn hx_endpoint(
     d: *mut fid_domain,
     info: *mut fi_info,
@@ -168,7 +181,7 @@ pub unsafe extern "C" fn hx_endpoint(
                 ops: ptr(&EP_OPS),
                 cm: ptr(&CM_OPS),
                 msg: ptr(&MSG_OPS),
-                rma: std::ptr::null_mut(),
+                rma: ptr(&RMA_OPS),
                 tagged: ptr(&TAGGED_OPS),
                 atomic: std::ptr::null_mut(),
                 collective: std::ptr::null_mut(),
@@ -323,6 +336,21 @@ struct SendArgs {
     context: usize,
     /// Explicit operation flags (None: the endpoint's tx op_flags).
     flags: Option<u64>,
+}
+
+struct RmaArgs {
+    write: bool,
+    /// The local buffer: read into, or written from.
+    buf: *mut u8,
+    len: usize,
+    peer: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: usize,
+    /// Explicit operation flags (None: the endpoint's tx op_flags).
+    flags: Option<u64>,
+    /// fi_inject_write: a copy, never reported.
+    inject: bool,
 }
 
 impl EpObj {
@@ -508,6 +536,81 @@ impl EpObj {
                 av: std::ptr::null(),
                 context: a.context,
                 flags: send_flags,
+                report,
+                ep: self.id,
+            },
+        );
+        Ok(0)
+    }
+
+    /// fi_read / fi_write and their v/msg/inject forms: one local buffer, one remote range.
+    unsafe fn rma(&self, a: RmaArgs) -> Result<isize, i32> {
+        let what = if a.write { "fi_write" } else { "fi_read" };
+        if self.caps & FI_RMA == 0 {
+            warn(
+                FI_LOG_EP_DATA,
+                &format!("{what}: the endpoint was opened without FI_RMA"),
+            );
+            return Err(FI_EOPNOTSUPP);
+        }
+        let b = self.bound()?;
+        if a.len > self.d.max_msg {
+            return Err(FI_EMSGSIZE);
+        }
+        if a.len > 0 && a.buf.is_null() {
+            return Err(FI_EINVAL);
+        }
+        let flags = a.flags.unwrap_or(self.tx_op_flags);
+        // Remote CQ data would need a completion at the target (FI_RMA_EVENT): not offered.
+        // A fence would hold this access until earlier ones complete: not offered either.
+        if flags & (FI_REMOTE_CQ_DATA | FI_FENCE) != 0 {
+            warn(
+                FI_LOG_EP_DATA,
+                &format!("{what}: FI_REMOTE_CQ_DATA and FI_FENCE are not supported"),
+            );
+            return Err(FI_EBADFLAGS);
+        }
+        let inject = a.inject || flags & FI_INJECT != 0;
+        if inject && (!a.write || a.len > self.inject_size) {
+            return Err(if a.write { FI_EMSGSIZE } else { FI_EBADFLAGS });
+        }
+        let report = if a.inject {
+            Report::Never
+        } else if !b.tx_sel || flags & FI_COMPLETION != 0 {
+            Report::Always
+        } else {
+            Report::ErrorsOnly
+        };
+        let mut st = self.d.state.lock();
+        let peer = self.peer_locked(&mut st, b, a.peer, what)?;
+        let started = if a.write {
+            let buf = if inject {
+                SendBuf::Owned(if a.len == 0 {
+                    Vec::new()
+                } else {
+                    std::slice::from_raw_parts(a.buf, a.len).to_vec()
+                })
+            } else {
+                SendBuf::Borrowed {
+                    ptr: a.buf,
+                    len: a.len,
+                }
+            };
+            st.backend.write(self.id, peer, buf, a.addr, a.key)
+        } else {
+            st.backend.read(self.id, peer, a.buf, a.len, a.addr, a.key)
+        };
+        let op = started.map_err(|e| {
+            warn(FI_LOG_EP_DATA, &format!("{what}: {}", e.msg));
+            e.errno
+        })?;
+        st.pending.insert(
+            op,
+            Pending {
+                cq: b.tx_cq.as_ref().map_or(std::ptr::null(), Arc::as_ptr),
+                av: std::ptr::null(),
+                context: a.context,
+                flags: FI_RMA | if a.write { FI_WRITE } else { FI_READ },
                 report,
                 ep: self.id,
             },
@@ -1155,4 +1258,191 @@ unsafe extern "C" fn t_injectdata(
     tag: u64,
 ) -> isize {
     ep_call!(ep, ep_of(ep).inject(true, buf, len, dest, tag, Some(data)))
+}
+
+// ---- remote memory access ----
+
+#[allow(clippy::too_many_arguments)]
+fn rma_args(
+    write: bool,
+    buf: *const c_void,
+    len: usize,
+    peer: fi_addr_t,
+    addr: u64,
+    key: u64,
+    context: *mut c_void,
+    flags: Option<u64>,
+) -> RmaArgs {
+    RmaArgs {
+        write,
+        buf: buf as *mut u8,
+        len,
+        peer,
+        addr,
+        key,
+        context: context as usize,
+        flags,
+        inject: false,
+    }
+}
+
+/// The one local buffer and one remote range of an fi_msg_rma, which must be as long.
+unsafe fn rma_msg(write: bool, msg: *const fi_msg_rma, flags: u64) -> Result<RmaArgs, i32> {
+    if msg.is_null() {
+        return Err(FI_EINVAL);
+    }
+    let m = &*msg;
+    let (p, l) = one_iov(m.msg_iov, m.iov_count)?;
+    if m.rma_iov_count != 1 || m.rma_iov.is_null() || (*m.rma_iov).len != l {
+        return Err(FI_EINVAL);
+    }
+    let r = &*m.rma_iov;
+    Ok(rma_args(
+        write,
+        p as *const c_void,
+        l,
+        m.addr,
+        r.addr,
+        r.key,
+        m.context,
+        Some(flags),
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_read(
+    ep: *mut fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    _desc: *mut c_void,
+    src: fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).rma(rma_args(false, buf, len, src, addr, key, ctx, None))
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_readv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    src: fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let (p, l) = one_iov(iov, count)?;
+        ep_of(ep).rma(rma_args(
+            false,
+            p as *const c_void,
+            l,
+            src,
+            addr,
+            key,
+            ctx,
+            None,
+        ))
+    })
+}
+
+unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags: u64) -> isize {
+    ep_call!(ep, ep_of(ep).rma(rma_msg(false, msg, flags)?))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_write(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    _desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).rma(rma_args(true, buf, len, dest, addr, key, ctx, None))
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_writev(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let (p, l) = one_iov(iov, count)?;
+        ep_of(ep).rma(rma_args(
+            true,
+            p as *const c_void,
+            l,
+            dest,
+            addr,
+            key,
+            ctx,
+            None,
+        ))
+    })
+}
+
+unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags: u64) -> isize {
+    ep_call!(ep, ep_of(ep).rma(rma_msg(true, msg, flags)?))
+}
+
+unsafe extern "C" fn rma_inject(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> isize {
+    ep_call!(ep, {
+        let mut a = rma_args(true, buf, len, dest, addr, key, std::ptr::null_mut(), None);
+        a.inject = true;
+        ep_of(ep).rma(a)
+    })
+}
+
+/// Remote CQ data with a write needs a completion at the target (FI_RMA_EVENT), which hxcomm
+/// does not offer.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn rma_writedata(
+    _ep: *mut fid_ep,
+    _buf: *const c_void,
+    _len: usize,
+    _desc: *mut c_void,
+    _data: u64,
+    _dest: fi_addr_t,
+    _addr: u64,
+    _key: u64,
+    _ctx: *mut c_void,
+) -> isize {
+    -(FI_ENOSYS as isize)
+}
+
+unsafe extern "C" fn rma_injectdata(
+    _ep: *mut fid_ep,
+    _buf: *const c_void,
+    _len: usize,
+    _data: u64,
+    _dest: fi_addr_t,
+    _addr: u64,
+    _key: u64,
+) -> isize {
+    -(FI_ENOSYS as isize)
 }

@@ -37,11 +37,27 @@ pub const CAPS_SECONDARY: u64 = FI_SOURCE;
 /// Remote CQ data is an operation flag; support shows as `domain_attr->cq_data_size`. Hints
 /// that name it among the caps get it back; unasked, it is not listed (fabtests' getinfo_test
 /// counts it as an extra capability).
-pub const CAPS_ACCEPTED: u64 = FI_REMOTE_CQ_DATA;
+pub const CAPS_ACCEPTED: u64 = FI_REMOTE_CQ_DATA | CAPS_RMA;
+/// Remote memory access (fi_read, fi_write; see mr.rs), given when asked for: a domain with
+/// it keeps a table of registrations with keys, where consumers that never use RMA register
+/// many regions under key 0 (which a table of requested keys would refuse).
+pub const CAPS_RMA: u64 = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+/// Registration modes an RMA domain asks of the application when it allows them: provider
+/// keys and virtual addresses (without them, its keys and offsets from a region's start).
+pub const RMA_MR_MODE: i32 = FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
+/// One remote range per fi_readmsg / fi_writemsg.
+pub const RMA_IOV_LIMIT: usize = 1;
 pub const CAPS: u64 = CAPS_PRIMARY | CAPS_SECONDARY;
 /// Domain-level caps (local/remote communication) belong to `info->caps` only.
-pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND;
-pub const RX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_SOURCE;
+pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_READ | FI_WRITE;
+pub const RX_CAPS: u64 = FI_MSG
+    | FI_TAGGED
+    | FI_RECV
+    | FI_DIRECTED_RECV
+    | FI_SOURCE
+    | FI_RMA
+    | FI_REMOTE_READ
+    | FI_REMOTE_WRITE;
 /// Rx-only caps libfabric tolerates (ignores) in tx_attr->caps, and the reverse.
 const IGNORED_TX_CAPS: u64 = FI_REMOTE_READ
     | FI_REMOTE_WRITE
@@ -244,7 +260,7 @@ pub fn offer() -> Info {
         src_addr: None,
         dest_addr: None,
         tx: Some(Tx {
-            caps: TX_CAPS,
+            caps: TX_CAPS & CAPS,
             op_flags: 0,
             msg_order: MSG_ORDER,
             comp_order: FI_ORDER_NONE,
@@ -254,7 +270,7 @@ pub fn offer() -> Info {
             ..Default::default()
         }),
         rx: Some(Rx {
-            caps: RX_CAPS,
+            caps: RX_CAPS & CAPS,
             msg_order: MSG_ORDER,
             comp_order: FI_ORDER_NONE,
             size: RX_SIZE,
@@ -329,6 +345,9 @@ fn out_caps(h: u64) -> u64 {
     }
     if c & (FI_LOCAL_COMM | FI_REMOTE_COMM) == 0 {
         c |= FI_LOCAL_COMM | FI_REMOTE_COMM;
+    }
+    if c & FI_RMA != 0 && c & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) == 0 {
+        c |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     }
     c
 }
@@ -415,8 +434,12 @@ pub fn select(version: u32, hints: Option<&Info>) -> Result<Info, String> {
     out.caps = out_caps(h.caps);
     out.src_addr = h.src_addr.clone();
     out.dest_addr = h.dest_addr.clone();
+    let rma = out.caps & FI_RMA != 0;
     let otx = out.tx.as_mut().unwrap();
     otx.caps = out.caps & TX_CAPS;
+    if rma {
+        otx.rma_iov_limit = RMA_IOV_LIMIT;
+    }
     if let Some(tx) = &h.tx {
         otx.op_flags = tx.op_flags;
         if tx.inject_size != 0 {
@@ -446,9 +469,12 @@ pub fn select(version: u32, hints: Option<&Info>) -> Result<Info, String> {
         if d.av_type != FI_AV_UNSPEC {
             od.av_type = d.av_type;
         }
-        // The deprecated 1.0 forms are echoed (as libfabric does); otherwise we require no mode.
+        // The deprecated 1.0 forms are echoed (as libfabric does); otherwise messages need
+        // no mode, and RMA takes provider keys and virtual addresses where they are allowed.
         if d.mr_mode & (FI_MR_BASIC | FI_MR_SCALABLE) != 0 {
             od.mr_mode = d.mr_mode;
+        } else if rma {
+            od.mr_mode = d.mr_mode & RMA_MR_MODE;
         }
         od.auth_key = d.auth_key.clone();
     }
@@ -581,7 +607,11 @@ fn check_tx(tx: &Tx) -> Result<(), String> {
         "tx iov_limit {} (at most {IOV_LIMIT})",
         tx.iov_limit
     );
-    refuse_if!(tx.rma_iov_limit > 0, "rma_iov_limit {}", tx.rma_iov_limit);
+    refuse_if!(
+        tx.rma_iov_limit > RMA_IOV_LIMIT,
+        "rma_iov_limit {} (at most {RMA_IOV_LIMIT})",
+        tx.rma_iov_limit
+    );
     refuse_if!(!known_tclass(tx.tclass), "traffic class {:#x}", tx.tclass);
     Ok(())
 }
@@ -712,13 +742,51 @@ mod tests {
     }
 
     #[test]
+    fn remote_memory_access_when_asked() {
+        // Not asked: not given, and registrations need no mode.
+        let out = select(V, Some(&ompi())).unwrap();
+        assert_eq!(out.caps & CAPS_RMA, 0);
+        assert_eq!(out.domain.as_ref().unwrap().mr_mode, 0);
+        // FI_RMA alone: every direction, on the sides they belong to; provider keys and virtual
+        // addresses where the application allows them, never what it did not.
+        let mut h = ompi();
+        h.caps |= FI_RMA;
+        h.domain.as_mut().unwrap().mr_mode =
+            FI_MR_LOCAL | FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+        let out = select(V, Some(&h)).unwrap();
+        assert_eq!(out.caps & CAPS_RMA, CAPS_RMA);
+        let tx = out.tx.as_ref().unwrap();
+        assert_eq!(tx.caps & CAPS_RMA, FI_RMA | FI_READ | FI_WRITE);
+        assert_eq!(tx.rma_iov_limit, 1);
+        assert_eq!(
+            out.rx.as_ref().unwrap().caps & CAPS_RMA,
+            FI_RMA | FI_REMOTE_READ | FI_REMOTE_WRITE
+        );
+        assert_eq!(
+            out.domain.as_ref().unwrap().mr_mode,
+            FI_MR_VIRT_ADDR | FI_MR_PROV_KEY
+        );
+        // Reads only; an application that allows no mode gets its own keys and offsets.
+        let mut h = ompi();
+        h.caps |= FI_RMA | FI_READ;
+        h.domain.as_mut().unwrap().mr_mode = FI_MR_LOCAL;
+        let out = select(V, Some(&h)).unwrap();
+        assert_eq!(out.caps & CAPS_RMA, FI_RMA | FI_READ);
+        assert_eq!(out.domain.as_ref().unwrap().mr_mode, 0);
+        // The 1.0 modes are echoed.
+        let mut h = ompi();
+        h.caps |= FI_RMA;
+        h.domain.as_mut().unwrap().mr_mode = FI_MR_SCALABLE;
+        let out = select(V, Some(&h)).unwrap();
+        assert_eq!(out.domain.as_ref().unwrap().mr_mode, FI_MR_SCALABLE);
+    }
+
+    #[test]
     fn unsupported_caps_are_refused() {
         for c in [
-            FI_RMA,
             FI_ATOMIC,
             FI_COLLECTIVE,
             FI_MULTICAST,
-            FI_READ,
             FI_MULTI_RECV,
             FI_HMEM,
             FI_SHARED_AV,
@@ -733,7 +801,7 @@ mod tests {
             assert!(refused(&h).contains("caps"), "{c:#x}");
         }
         let mut h = ompi();
-        h.tx.as_mut().unwrap().caps = FI_TAGGED | FI_RMA;
+        h.tx.as_mut().unwrap().caps = FI_TAGGED | FI_ATOMIC;
         assert!(refused(&h).contains("tx caps"));
         let mut h = ompi();
         h.rx.as_mut().unwrap().caps = FI_TAGGED | FI_RECV | FI_MULTI_RECV;
@@ -766,6 +834,22 @@ mod tests {
             select(V, Some(&h)).unwrap().caps & CAPS_PRIMARY,
             FI_TAGGED | FI_RECV | FI_REMOTE_COMM
         );
+    }
+
+    #[test]
+    fn side_caps_never_exceed_the_info_caps() {
+        let mut rma = ompi();
+        rma.caps |= FI_RMA;
+        for out in [
+            offer(),
+            select(V, None).unwrap(),
+            select(V, Some(&ompi())).unwrap(),
+            select(V, Some(&rma)).unwrap(),
+        ] {
+            let (tx, rx) = (out.tx.unwrap().caps, out.rx.unwrap().caps);
+            assert_eq!(tx & !out.caps, 0, "tx caps {tx:#x} beyond {:#x}", out.caps);
+            assert_eq!(rx & !out.caps, 0, "rx caps {rx:#x} beyond {:#x}", out.caps);
+        }
     }
 
     #[test]
@@ -892,7 +976,7 @@ mod tests {
             (|h| h.tx.as_mut().unwrap().size = TX_SIZE + 1, "tx size"),
             (|h| h.rx.as_mut().unwrap().size = RX_SIZE * 2, "rx size"),
             (
-                |h| h.tx.as_mut().unwrap().rma_iov_limit = 1,
+                |h| h.tx.as_mut().unwrap().rma_iov_limit = 2,
                 "rma_iov_limit",
             ),
             (

@@ -17,6 +17,7 @@ pub mod hints;
 pub mod info;
 pub mod kallsyms;
 pub mod mock;
+pub mod mr;
 pub mod settings;
 pub mod sys;
 mod util;

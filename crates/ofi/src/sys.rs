@@ -473,7 +473,7 @@ pub struct fi_ops_mr {
         ) -> c_int,
     >,
     pub regattr:
-        Option<unsafe extern "C" fn(*mut fid, *const c_void, u64, *mut *mut fid_mr) -> c_int>,
+        Option<unsafe extern "C" fn(*mut fid, *const fi_mr_attr, u64, *mut *mut fid_mr) -> c_int>,
 }
 
 #[repr(C)]
@@ -728,6 +728,111 @@ pub struct fi_ops_cm {
     >,
 }
 
+/// `struct fi_mr_attr` (fi_mr_regattr).
+#[repr(C)]
+pub struct fi_mr_attr {
+    pub mr_iov: *const iovec,
+    pub iov_count: size_t,
+    pub access: u64,
+    pub offset: u64,
+    pub requested_key: u64,
+    pub context: *mut c_void,
+    pub auth_key_size: size_t,
+    pub auth_key: *mut u8,
+    pub iface: c_int,
+    pub device: u64,
+}
+
+#[repr(C)]
+pub struct fi_rma_iov {
+    pub addr: u64,
+    pub len: size_t,
+    pub key: u64,
+}
+
+#[repr(C)]
+pub struct fi_msg_rma {
+    pub msg_iov: *const iovec,
+    pub desc: *mut *mut c_void,
+    pub iov_count: size_t,
+    pub addr: fi_addr_t,
+    pub rma_iov: *const fi_rma_iov,
+    pub rma_iov_count: size_t,
+    pub context: *mut c_void,
+    pub data: u64,
+}
+
+pub type RmaFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *mut c_void,
+    size_t,
+    *mut c_void,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> ssize_t;
+pub type RmaVFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const iovec,
+    *mut *mut c_void,
+    size_t,
+    fi_addr_t,
+    u64,
+    u64,
+    *mut c_void,
+) -> ssize_t;
+pub type RmaMsgFn = unsafe extern "C" fn(*mut fid_ep, *const fi_msg_rma, u64) -> ssize_t;
+
+#[repr(C)]
+pub struct fi_ops_rma {
+    pub size: size_t,
+    pub read: Option<RmaFn>,
+    pub readv: Option<RmaVFn>,
+    pub readmsg: Option<RmaMsgFn>,
+    pub write: Option<
+        unsafe extern "C" fn(
+            *mut fid_ep,
+            *const c_void,
+            size_t,
+            *mut c_void,
+            fi_addr_t,
+            u64,
+            u64,
+            *mut c_void,
+        ) -> ssize_t,
+    >,
+    pub writev: Option<RmaVFn>,
+    pub writemsg: Option<RmaMsgFn>,
+    pub inject: Option<
+        unsafe extern "C" fn(*mut fid_ep, *const c_void, size_t, fi_addr_t, u64, u64) -> ssize_t,
+    >,
+    pub writedata: Option<
+        unsafe extern "C" fn(
+            *mut fid_ep,
+            *const c_void,
+            size_t,
+            *mut c_void,
+            u64,
+            fi_addr_t,
+            u64,
+            u64,
+            *mut c_void,
+        ) -> ssize_t,
+    >,
+    pub injectdata: Option<
+        unsafe extern "C" fn(
+            *mut fid_ep,
+            *const c_void,
+            size_t,
+            u64,
+            fi_addr_t,
+            u64,
+            u64,
+        ) -> ssize_t,
+    >,
+}
+
 #[repr(C)]
 pub struct fi_ops_msg {
     pub size: size_t,
@@ -866,7 +971,7 @@ pub struct fid_ep {
     pub ops: *mut fi_ops_ep,
     pub cm: *mut fi_ops_cm,
     pub msg: *mut fi_ops_msg,
-    pub rma: *mut c_void,
+    pub rma: *mut fi_ops_rma,
     pub tagged: *mut fi_ops_tagged,
     pub atomic: *mut c_void,
     pub collective: *mut c_void,

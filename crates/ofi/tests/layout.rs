@@ -60,6 +60,10 @@ fn rust_bindings_match_the_installed_headers() {
         fi_ops_mr { size, reg, regv, regattr }
         fid_domain { fid, ops, mr }
         fid_mr { fid, mem_desc, key }
+        fi_mr_attr { mr_iov, iov_count, access, offset, requested_key, context, auth_key_size, auth_key, iface, device }
+        fi_rma_iov { addr, len, key }
+        fi_msg_rma { msg_iov, desc, iov_count, addr, rma_iov, rma_iov_count, context, data }
+        fi_ops_rma { size, read, readv, readmsg, write, writev, writemsg, inject, writedata, injectdata }
         fi_av_attr { type_ = type, rx_ctx_bits, count, ep_per_node, name, map_addr, flags }
         fi_ops_av { size, insert, insertsvc, insertsym, remove, lookup, straddr, av_set }
         fid_av { fid, ops }
@@ -133,7 +137,7 @@ fn rust_bindings_match_the_installed_headers() {
     let src = format!(
         "#include <stdio.h>\n#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n\
          #include <rdma/fi_endpoint.h>\n#include <rdma/fi_tagged.h>\n#include <rdma/fi_cm.h>\n#include <rdma/fi_eq.h>\n\
-         #include <rdma/fi_errno.h>\n#include <rdma/providers/fi_prov.h>\n#include <rdma/providers/fi_log.h>\n\
+         #include <rdma/fi_errno.h>\n#include <rdma/fi_rma.h>\n#include <rdma/providers/fi_prov.h>\n#include <rdma/providers/fi_log.h>\n\
          #define P(n, v) printf(\"%s=%llu\\n\", n, (unsigned long long)(v))\nint main(void) {{\n{sc}{cc_}{extra}{extra2}return 0;\n}}\n"
     );
     let dir = std::env::temp_dir().join(format!("hx-ofi-layout-{}", std::process::id()));
