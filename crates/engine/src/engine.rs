@@ -762,6 +762,30 @@ impl Engine {
         Ok(Request(req))
     }
 
+    /// Starts an atomic on the element of type `ty` at `addr` of `peer`'s region `key`
+    /// ([`hx_protocol::Core::atomic`]): its old value goes into `result` (as much as it holds).
+    ///
+    /// # Safety
+    /// A `Raw` result buffer must stay valid and untouched until the request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn iatomic(
+        &mut self,
+        peer: Rank,
+        key: u64,
+        addr: u64,
+        op: hx_protocol::AtomicOp,
+        ty: hx_protocol::AtomicType,
+        operand: u64,
+        compare: u64,
+        result: EngineBuf,
+    ) -> Result<Request, Error> {
+        let req = self
+            .core
+            .atomic(peer, key, addr, op, ty, operand, compare, result)?;
+        self.flush_dirty();
+        Ok(Request(req))
+    }
+
     /// Starts a receive of what `filter` takes (source, source endpoint, tag with ignore mask).
     ///
     /// # Safety

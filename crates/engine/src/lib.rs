@@ -19,7 +19,8 @@ pub use buf::EngineBuf;
 pub use engine::{Engine, Express, Request, BARRIER_EP};
 pub use error::Error;
 pub use hx_protocol::{
-    Access, EpId, Filter, Policy, ProtoError, Rank, Regions, RmaRefusal, Status, TagMatch,
+    apply_atomic, Access, AtomicOp, AtomicType, EpId, Filter, Policy, ProtoError, Rank, Regions,
+    RmaRefusal, Status, TagMatch,
 };
 pub use hx_transport::shm::POPULATE_AFTER as SHM_POPULATE_AFTER;
 pub use hx_transport::Doorbell;

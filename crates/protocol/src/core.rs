@@ -263,6 +263,11 @@ pub(crate) struct Peer {
     /// Reads of the peer's memory we asked for, by the request's sequence number, waiting for
     /// its answer.
     pub rma_reads: HashMap<u64, crate::rma::ReadWait>,
+    /// Atomics of ours on the peer's memory, by id, waiting for its answer; and the next id.
+    pub atomics: BTreeMap<u64, crate::rma::AtomicWait>,
+    pub atomic_next: u64,
+    /// What we answered to the peer's atomics that it may not have heard yet, by id.
+    pub answers: BTreeMap<u64, Result<u64, crate::RmaRefusal>>,
     /// Rendezvous receives (by seq) whose buffer was offered for a direct copy: only these may
     /// be completed by a FIN.
     pub direct_granted: HashSet<u64>,
@@ -319,6 +324,9 @@ impl Peer {
             words_back: Vec::new(),
             rdv_recv: HashMap::new(),
             rma_reads: HashMap::new(),
+            atomics: BTreeMap::new(),
+            atomic_next: 0,
+            answers: BTreeMap::new(),
             direct_granted: HashSet::new(),
             pull_q: VecDeque::new(),
             rr_next: 0,
@@ -1048,6 +1056,8 @@ impl<B: Buffer> Core<B> {
         p.words_back.clear();
         p.rdv_recv.clear();
         p.rma_reads.clear();
+        p.atomics.clear();
+        p.answers.clear();
         p.direct_granted.clear();
         let held: Vec<Handle> = std::mem::take(&mut p.reorder).into_values().collect();
         // Copies not made yet: their sends fail below.

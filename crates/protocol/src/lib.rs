@@ -18,6 +18,7 @@
 
 #![forbid(unsafe_code)]
 
+mod atomic;
 mod buffer;
 mod core;
 mod rma;
@@ -26,6 +27,7 @@ pub mod sim;
 mod slab;
 mod tx;
 
+pub use crate::atomic::{apply as apply_atomic, AtomicOp, AtomicType};
 pub use crate::buffer::Buffer;
 pub use crate::core::{Core, DirectWrite, Filter, Stats, TagMatch};
 pub use crate::rma::{Access, Regions, RmaRefusal};

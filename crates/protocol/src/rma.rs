@@ -23,7 +23,9 @@ use hx_wire::{FrameHeader, FrameKind, FLAG_READ, FLAG_REFUSED, FLAG_RMA};
 
 use crate::core::{Delivery, ReqKind, Request, SendState};
 use crate::tx::{Body as TxBody, TxItem};
-use crate::{Buffer, Completion, Core, EpId, ProtoError, Rank, ReqId, Status, TagMatch};
+use crate::{
+    AtomicOp, AtomicType, Buffer, Completion, Core, EpId, ProtoError, Rank, ReqId, Status, TagMatch,
+};
 
 /// What a peer asks to do with a region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +45,9 @@ pub enum RmaRefusal {
     OutOfRange,
     /// The region does not allow this access.
     Denied,
+    /// An atomic operation or type the target does not know, or an element not aligned to
+    /// its width.
+    Unsupported,
     /// A code this version does not know.
     Other(u64),
 }
@@ -54,6 +59,7 @@ impl RmaRefusal {
             RmaRefusal::UnknownKey => 2,
             RmaRefusal::OutOfRange => 3,
             RmaRefusal::Denied => 4,
+            RmaRefusal::Unsupported => 5,
             RmaRefusal::Other(c) => c,
         }
     }
@@ -64,6 +70,7 @@ impl RmaRefusal {
             2 => RmaRefusal::UnknownKey,
             3 => RmaRefusal::OutOfRange,
             4 => RmaRefusal::Denied,
+            5 => RmaRefusal::Unsupported,
             c => RmaRefusal::Other(c),
         }
     }
@@ -76,13 +83,16 @@ impl std::fmt::Display for RmaRefusal {
             RmaRefusal::UnknownKey => f.write_str("no region has that key"),
             RmaRefusal::OutOfRange => f.write_str("the range is not inside the region"),
             RmaRefusal::Denied => f.write_str("the region does not allow that access"),
+            RmaRefusal::Unsupported => {
+                f.write_str("the atomic operation, its type or its alignment is not supported")
+            }
             RmaRefusal::Other(c) => write!(f, "reason code {c}"),
         }
     }
 }
 
-/// The driver's registered memory, as the target of peers' reads and writes.
-pub trait Regions<B>: Send {
+/// The driver's registered memory, as the target of peers' reads, writes and atomics.
+pub trait Regions<B: Buffer>: Send {
     /// The `len` bytes at `addr` of region `key`, for a peer to read or write (memory lent in
     /// place, or a copy for a read), or why not.
     fn resolve(&mut self, key: u64, addr: u64, len: usize, access: Access)
@@ -91,6 +101,69 @@ pub trait Regions<B>: Send {
     /// A write into a buffer [`resolve`](Self::resolve) gave is complete (all of it placed).
     /// Memory lent in place needs nothing more; a copy goes where it belongs here.
     fn placed(&mut self, _key: u64, _addr: u64, _buf: B) {}
+
+    /// Applies `op` to the element of type `ty` at `addr` of region `key`; returns its old
+    /// value (in the low bytes). This default goes through [`resolve`](Self::resolve) and
+    /// [`placed`](Self::placed), atomic against other atomics of this process (they are
+    /// applied one at a time) but not against the process's own CPU atomics on that memory;
+    /// a driver that lends memory in place should use CPU atomics.
+    fn atomic(
+        &mut self,
+        key: u64,
+        addr: u64,
+        op: AtomicOp,
+        ty: AtomicType,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, RmaRefusal> {
+        let width = ty.width();
+        let access = if op.writes() {
+            Access::Write
+        } else {
+            Access::Read
+        };
+        // Read access too, for the old value: resolve for reading, then write back.
+        let mut mem = self.resolve(key, addr, width, Access::Read)?;
+        if op.writes() {
+            // Checks write access as well.
+            drop(self.resolve(key, addr, width, access)?);
+        }
+        let mut w = [0u8; 8];
+        w[..width].copy_from_slice(mem.as_slice());
+        let old = u64::from_le_bytes(w);
+        if op.writes() {
+            let new = crate::apply_atomic(op, ty, old, operand, compare);
+            mem.as_mut_slice()
+                .copy_from_slice(&new.to_le_bytes()[..width]);
+            self.placed(key, addr, mem);
+        }
+        Ok(old)
+    }
+}
+
+/// An atomic this process asked for, waiting for the target's answer.
+#[derive(Clone, Copy)]
+pub(crate) struct AtomicWait {
+    pub req: ReqId,
+    pub key: u64,
+    pub width: usize,
+}
+
+/// Most answers a target keeps for atomics whose initiator has not yet said it has them
+/// (it says so with every request): what it resends when a request comes again after a rail
+/// failure, instead of applying it twice.
+const MAX_ANSWERS: usize = 1 << 16;
+
+/// An atomic request whose operands are arriving on a rail.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AtomicArrival {
+    pub id: u64,
+    pub op: u16,
+    pub ty: u16,
+    pub key: u64,
+    pub addr: u64,
+    /// The initiator's lowest unanswered id.
+    pub lowest: u64,
 }
 
 /// A read this process asked for, waiting for the target's answer.
@@ -412,6 +485,164 @@ impl<B: Buffer> Core<B> {
         self.start_rdv_recv(a.seq, w.req, msg);
     }
 
+    /// Starts an atomic `op` on the element of type `ty` at `addr` of `peer`'s region `key`,
+    /// with `operand` (and `compare`, for the ops that take one) in their low bytes. Completes
+    /// once the target has applied it, with the element's old value in its status's `data`
+    /// and, little-endian, in `result` (as much of it as `result` holds; pass an empty buffer
+    /// when it is not wanted); fails with [`ProtoError::Refused`] if the peer refused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(
+        &mut self,
+        peer: Rank,
+        key: u64,
+        addr: u64,
+        op: AtomicOp,
+        ty: AtomicType,
+        operand: u64,
+        compare: u64,
+        result: B,
+    ) -> Result<ReqId, ProtoError> {
+        self.check_peer(peer)?;
+        if self.finished.is_none() {
+            self.track_finished();
+        }
+        let req = self.reqs.insert(Request {
+            detached: false,
+            buf: result,
+            kind: ReqKind::Send(SendState {
+                peer,
+                unacked: 0,
+                delivery: Delivery::NotAsked,
+                src_ep: 0,
+                tag: key,
+            }),
+            completion: Completion::Pending,
+        });
+        let width = ty.width();
+        if let Some(reason) = &self.peers[peer as usize].failed {
+            let err = ProtoError::PeerFailed {
+                peer,
+                reason: reason.clone(),
+            };
+            self.complete(req, Completion::Failed(err));
+            return Ok(req);
+        }
+        if peer == self.me {
+            let got = match self.regions.as_mut() {
+                Some(r) => r.atomic(key, addr, op, ty, operand, compare),
+                None => Err(RmaRefusal::NoRegions),
+            };
+            self.atomic_done(peer, AtomicWait { req, key, width }, got);
+            return Ok(req);
+        }
+        let p = &mut self.peers[peer as usize];
+        let id = p.atomic_next;
+        p.atomic_next += 1;
+        p.atomics.insert(id, AtomicWait { req, key, width });
+        let mut h = FrameHeader::new(FrameKind::Atomic);
+        h.seq = id;
+        h.src_ep = op.code();
+        h.dst_ep = ty.code();
+        h.tag = key;
+        h.data = addr;
+        h.value = *p.atomics.keys().next().expect("just inserted");
+        h.payload_len = hx_wire::ATOMIC_PAYLOAD as u32;
+        let mut operands = Vec::with_capacity(hx_wire::ATOMIC_PAYLOAD);
+        operands.extend_from_slice(&operand.to_le_bytes());
+        operands.extend_from_slice(&compare.to_le_bytes());
+        let rail = self.pick_rail(peer);
+        self.enqueue_on(peer, rail, TxItem::new(h, TxBody::Owned(operands), None));
+        Ok(req)
+    }
+
+    /// A peer's atomic on our memory, its operands arrived: apply it once and answer (again,
+    /// from what was answered, if it comes a second time after a rail failure).
+    pub(crate) fn atomic_arrived(&mut self, peer: Rank, a: AtomicArrival, operands: [u8; 16]) {
+        let p = &mut self.peers[peer as usize];
+        // The initiator has the answers below its lowest unanswered id.
+        if p.answers
+            .first_key_value()
+            .is_some_and(|(&k, _)| k < a.lowest)
+        {
+            p.answers = p.answers.split_off(&a.lowest);
+        }
+        if a.id < a.lowest {
+            return;
+        }
+        let got = match p.answers.get(&a.id) {
+            Some(&got) => got,
+            None => {
+                let operand = u64::from_le_bytes(operands[..8].try_into().unwrap());
+                let compare = u64::from_le_bytes(operands[8..].try_into().unwrap());
+                let got = match (AtomicOp::from_code(a.op), AtomicType::from_code(a.ty)) {
+                    (Some(op), Some(ty)) => match self.regions.as_mut() {
+                        Some(r) => r.atomic(a.key, a.addr, op, ty, operand, compare),
+                        None => Err(RmaRefusal::NoRegions),
+                    },
+                    _ => Err(RmaRefusal::Unsupported),
+                };
+                let p = &mut self.peers[peer as usize];
+                if p.answers.len() >= MAX_ANSWERS {
+                    p.answers.pop_first();
+                }
+                p.answers.insert(a.id, got);
+                got
+            }
+        };
+        let mut h = FrameHeader::new(FrameKind::AtomicAnswer);
+        h.seq = a.id;
+        match got {
+            Ok(old) => h.value = old,
+            Err(why) => {
+                h.flags = FLAG_REFUSED;
+                h.data = why.code();
+            }
+        }
+        let rail = self.pick_rail(peer);
+        self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
+    }
+
+    /// The target's answer to an atomic of ours (a second one, after a rail failure, finds
+    /// nothing waiting).
+    pub(crate) fn atomic_answered(&mut self, peer: Rank, h: &FrameHeader) {
+        let Some(w) = self.peers[peer as usize].atomics.remove(&h.seq) else {
+            return;
+        };
+        let got = if h.flags & FLAG_REFUSED != 0 {
+            Err(RmaRefusal::from_code(h.data))
+        } else {
+            Ok(h.value)
+        };
+        self.atomic_done(peer, w, got);
+    }
+
+    fn atomic_done(&mut self, peer: Rank, w: AtomicWait, got: Result<u64, RmaRefusal>) {
+        let c = match got {
+            Ok(old) => {
+                if let Some(r) = self.reqs.get_mut(w.req) {
+                    let out = r.buf.as_mut_slice();
+                    let n = out.len().min(w.width);
+                    out[..n].copy_from_slice(&old.to_le_bytes()[..n]);
+                }
+                Completion::Done(Status {
+                    source: peer,
+                    src_ep: 0,
+                    tag: w.key,
+                    len: w.width,
+                    truncated: false,
+                    data: Some(old),
+                })
+            }
+            Err(why) => Completion::Failed(ProtoError::Refused {
+                peer,
+                key: w.key,
+                len: w.width,
+                why,
+            }),
+        };
+        self.complete(w.req, c);
+    }
+
     /// A write of ours that the target refused (its Cts said so).
     pub(crate) fn write_refused(&mut self, peer: Rank, req: ReqId, code: u64) {
         let (key, len) = match self.reqs.get_mut(req) {
@@ -579,6 +810,79 @@ mod tests {
             }
         };
         assert!(err.to_string().contains("read answer for no read"), "{err}");
+    }
+
+    #[test]
+    fn atomics_of_a_peer_and_of_itself() {
+        let (mut c, mem) = pair();
+        mem.lock().unwrap()[16..24].copy_from_slice(&40u64.to_le_bytes());
+        let add = |c: &mut Cluster, on: u32, n: u64| {
+            let r = c.cores[0]
+                .atomic(on, 7, 16, AtomicOp::Sum, AtomicType::U64, n, 0, vec![0; 8])
+                .unwrap();
+            finish(c, r)
+        };
+        let (done, old) = add(&mut c, 1, 2);
+        assert!(matches!(done, Completion::Done(s) if s.data == Some(40)));
+        assert_eq!(old, 40u64.to_le_bytes());
+        let r = c.cores[0]
+            .atomic(
+                1,
+                7,
+                16,
+                AtomicOp::Cswap,
+                AtomicType::U32,
+                9,
+                42,
+                Vec::new(),
+            )
+            .unwrap();
+        assert!(matches!(finish(&mut c, r).0, Completion::Done(s) if s.data == Some(42)));
+        assert_eq!(mem.lock().unwrap()[16..20], 9u32.to_le_bytes());
+        // Refused: no such key; and a process without regions.
+        let r = c.cores[0]
+            .atomic(1, 8, 16, AtomicOp::Sum, AtomicType::U64, 1, 0, vec![0; 8])
+            .unwrap();
+        assert!(matches!(
+            finish(&mut c, r).0,
+            Completion::Failed(ProtoError::Refused {
+                why: RmaRefusal::UnknownKey,
+                ..
+            })
+        ));
+        let r = c.cores[0]
+            .atomic(0, 7, 16, AtomicOp::Read, AtomicType::U64, 0, 0, vec![0; 8])
+            .unwrap();
+        assert!(matches!(
+            c.cores[0].poll(r),
+            Some(Completion::Failed(ProtoError::Refused {
+                why: RmaRefusal::NoRegions,
+                ..
+            }))
+        ));
+        // Its own memory.
+        let r = c.cores[1]
+            .atomic(1, 7, 16, AtomicOp::Read, AtomicType::U64, 0, 0, vec![0; 8])
+            .unwrap();
+        assert!(matches!(c.cores[1].poll(r), Some(Completion::Done(s)) if s.data == Some(9)));
+        assert_eq!(c.cores[1].live_requests(), 1);
+    }
+
+    #[test]
+    fn an_atomic_of_an_unknown_kind_is_refused_not_applied() {
+        let (mut c, mem) = pair();
+        let before = mem.lock().unwrap().clone();
+        let mut h = FrameHeader::new(FrameKind::Atomic);
+        h.src_ep = 999;
+        h.tag = 7;
+        h.payload_len = 16;
+        let mut bytes = h.to_bytes().to_vec();
+        bytes.extend_from_slice(&[1; 16]);
+        c.cores[0].track_finished();
+        // An id the initiator never used: its answer is dropped there, nothing fails.
+        c.inject(0, 1, 0, &bytes);
+        c.run_until(100_000, |_| false).unwrap();
+        assert!(*mem.lock().unwrap() == before);
     }
 
     #[test]

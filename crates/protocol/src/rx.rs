@@ -51,6 +51,8 @@ const ACK_EVERY_BYTES: usize = 1 << 20;
 pub(crate) enum Dest {
     Req(ReqId),
     Unexp(Handle),
+    /// An atomic's operands, into the rail's [`RxState::operands`].
+    Operands,
     Discard,
 }
 
@@ -78,6 +80,9 @@ pub(crate) struct RxState {
     /// header alone, so that its payload goes straight to its destination instead of partly
     /// through the stage (a copy of up to the stage's size per chunk of a large message).
     bulk: bool,
+    /// The atomic whose operands are arriving, and where they go.
+    atomic: Option<crate::rma::AtomicArrival>,
+    operands: [u8; hx_wire::ATOMIC_PAYLOAD],
 }
 
 impl RxState {
@@ -89,6 +94,8 @@ impl RxState {
             cur: None,
             direct: false,
             bulk: false,
+            atomic: None,
+            operands: [0; hx_wire::ATOMIC_PAYLOAD],
         }
     }
 
@@ -98,6 +105,7 @@ impl RxState {
         self.cur = None;
         self.direct = false;
         self.bulk = false;
+        self.atomic = None;
     }
 
     /// An eager payload that was arriving when the rail broke.
@@ -133,7 +141,7 @@ impl<B: Buffer> Core<B> {
                         Body::Eager { data, .. } => data.get_mut(p.off..end),
                         Body::Rts | Body::Rma { .. } => None,
                     }),
-                    Dest::Discard => None,
+                    Dest::Operands | Dest::Discard => None,
                 };
                 if let Some(s) = slice {
                     rx.direct = true;
@@ -374,8 +382,15 @@ impl<B: Buffer> Core<B> {
                 p.remaining -= take;
                 rx.cur = (p.remaining > 0).then_some(p);
                 // Split borrows: the staging area lives in `peers`, destinations elsewhere.
-                let stage = &self.peers[peer as usize].rails[rail].rx.stage[from..from + take];
-                write_dest(&mut self.reqs, &mut self.unexp, p.dest, off, stage);
+                let rx = &mut self.peers[peer as usize].rails[rail].rx;
+                if p.dest == Dest::Operands {
+                    for i in off..(off + take).min(rx.operands.len()) {
+                        rx.operands[i] = rx.stage[from + i - off];
+                    }
+                } else {
+                    let stage = &rx.stage[from..from + take];
+                    write_dest(&mut self.reqs, &mut self.unexp, p.dest, off, stage);
+                }
                 if p.remaining == 0 {
                     self.payload_complete(peer, rail, &p);
                 }
@@ -621,6 +636,21 @@ impl<B: Buffer> Core<B> {
                 self.delivered(peer, h.seq, h.value);
                 Ok(None)
             }
+            FrameKind::Atomic => {
+                self.peers[peer as usize].rails[rail].rx.atomic = Some(crate::rma::AtomicArrival {
+                    id: h.seq,
+                    op: h.src_ep,
+                    ty: h.dst_ep,
+                    key: h.tag,
+                    addr: h.data,
+                    lowest: h.value,
+                });
+                Ok(Some(Self::payload(Dest::Operands, h)))
+            }
+            FrameKind::AtomicAnswer => {
+                self.atomic_answered(peer, h);
+                Ok(None)
+            }
             FrameKind::Heartbeat | FrameKind::Ack => Ok(None),
         }
     }
@@ -709,6 +739,14 @@ impl<B: Buffer> Core<B> {
             h.flags |= FLAG_ACK_REQ;
         }
         self.frame_received(peer, rail, &h);
+        if p.kind == FrameKind::Atomic {
+            let rx = &mut self.peers[peer as usize].rails[rail].rx;
+            if let Some(a) = rx.atomic.take() {
+                let operands = rx.operands;
+                self.atomic_arrived(peer, a, operands);
+            }
+            return;
+        }
         match p.dest {
             Dest::Req(req) => {
                 let Some(r) = self.reqs.get_mut(req) else {
@@ -759,7 +797,7 @@ impl<B: Buffer> Core<B> {
                     }
                 }
             }
-            Dest::Discard => {}
+            Dest::Operands | Dest::Discard => {}
         }
     }
 }
@@ -779,7 +817,7 @@ fn write_dest<B: Buffer>(
             Body::Eager { data, .. } => Some(data.as_mut_slice()),
             Body::Rts | Body::Rma { .. } => None,
         }),
-        Dest::Discard => None,
+        Dest::Operands | Dest::Discard => None,
     };
     if let Some(buf) = buf {
         if off < buf.len() {

@@ -101,7 +101,9 @@ impl TxItem {
                 | FrameKind::Credit
                 | FrameKind::Ack
                 | FrameKind::Fin
-                | FrameKind::Delivered)
+                | FrameKind::Delivered
+                | FrameKind::Atomic
+                | FrameKind::AtomicAnswer)
         )
     }
 

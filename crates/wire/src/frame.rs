@@ -75,7 +75,19 @@ pub enum FrameKind {
     Fin = 9,
     /// The receiver has taken the eager message `seq` (sent with [`FLAG_DELIVERY`]); no payload.
     Delivered = 10,
+    /// An atomic operation on the receiver's memory (libfabric's FI_ATOMIC). `seq`: its id
+    /// among the sender's atomics to this peer; `src_ep`/`dst_ep`: operation and type codes;
+    /// `tag`: region key; `data`: address; `value`: the lowest id of the sender's atomics still
+    /// unanswered (the receiver forgets its answers below it). Payload: operand and compare
+    /// value, little-endian u64s ([`ATOMIC_PAYLOAD`] bytes).
+    Atomic = 11,
+    /// The answer to atomic `seq`: `value` is the element's old value; with [`FLAG_REFUSED`]
+    /// the target refused and `data` says why. No payload.
+    AtomicAnswer = 12,
 }
+
+/// Payload bytes of an [`FrameKind::Atomic`] frame.
+pub const ATOMIC_PAYLOAD: usize = 16;
 
 impl FrameKind {
     pub fn from_u8(v: u8) -> Result<Self, WireError> {
@@ -90,6 +102,8 @@ impl FrameKind {
             8 => FrameKind::Credit,
             9 => FrameKind::Fin,
             10 => FrameKind::Delivered,
+            11 => FrameKind::Atomic,
+            12 => FrameKind::AtomicAnswer,
             found => return Err(WireError::UnknownKind { found }),
         })
     }
@@ -107,6 +121,8 @@ impl FrameKind {
                 | FrameKind::Credit
                 | FrameKind::Fin
                 | FrameKind::Delivered
+                | FrameKind::Atomic
+                | FrameKind::AtomicAnswer
         )
     }
 }
@@ -213,7 +229,7 @@ impl FrameHeader {
         if self.flags & FLAG_REFUSED != 0 {
             let answer = self.kind == FrameKind::Rts && rma == FLAG_READ && self.value == 0;
             let cts = self.kind == FrameKind::Cts && self.flags & FLAG_DIRECT == 0;
-            if !answer && !cts {
+            if !answer && !cts && self.kind != FrameKind::AtomicAnswer {
                 return bad("refusal flag", self.flags as u64);
             }
         }
@@ -229,11 +245,15 @@ impl FrameHeader {
             | FrameKind::Credit
             | FrameKind::Fin
             | FrameKind::Delivered
+            | FrameKind::AtomicAnswer
                 if self.payload_len != 0 =>
             {
                 bad("payload_len", self.payload_len as u64)
             }
             FrameKind::Data if self.payload_len == 0 => bad("payload_len", 0),
+            FrameKind::Atomic if self.payload_len as usize != ATOMIC_PAYLOAD => {
+                bad("payload_len", self.payload_len as u64)
+            }
             FrameKind::Data if self.value.checked_add(self.payload_len as u64).is_none() => {
                 bad("offset", self.value)
             }

@@ -14,9 +14,9 @@ pub use address::{
     Address, RailIp, ADDRESS_LEN, ADDRESS_MAGIC, ADDRESS_MAX_RAILS, ADDRESS_VERSION, ADDR_FLAG_SHM,
 };
 pub use frame::{
-    eager_header_short, eager_view, EagerHeader, EagerView, FrameHeader, FrameKind, FLAG_ACK_REQ,
-    FLAG_DATA, FLAG_DATA_IN_VALUE, FLAG_DELIVERY, FLAG_DIRECT, FLAG_READ, FLAG_REFUSED, FLAG_RMA,
-    HEADER_LEN, MAGIC, MIN_HEADER_LEN, VERSION,
+    eager_header_short, eager_view, EagerHeader, EagerView, FrameHeader, FrameKind, ATOMIC_PAYLOAD,
+    FLAG_ACK_REQ, FLAG_DATA, FLAG_DATA_IN_VALUE, FLAG_DELIVERY, FLAG_DIRECT, FLAG_READ,
+    FLAG_REFUSED, FLAG_RMA, HEADER_LEN, MAGIC, MIN_HEADER_LEN, VERSION,
 };
 pub use hello::{
     Challenge, Hello, CHALLENGE_LEN, HELLO_LEN, HELLO_MAGIC, VERDICT_ACCEPT, VERDICT_LEN,

@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use hx_protocol::sim::{Cluster, Rng};
-use hx_protocol::{Access, Completion, Config, Policy, ProtoError, Regions, ReqId, RmaRefusal};
+use hx_protocol::{
+    Access, AtomicOp, AtomicType, Completion, Config, Policy, ProtoError, Regions, ReqId,
+    RmaRefusal,
+};
 
 pub fn pattern(src: u32, idx: usize, len: usize) -> Vec<u8> {
     let mut x = (src as u64) << 32 | idx as u64 | 1;
@@ -112,6 +115,30 @@ impl Regions<Vec<u8>> for SimRegions {
         })
     }
 
+    fn atomic(
+        &mut self,
+        key: u64,
+        addr: u64,
+        op: AtomicOp,
+        ty: AtomicType,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, RmaRefusal> {
+        let mut map = self.0.lock().unwrap();
+        let (mem, _, writable) = map.get_mut(&key).ok_or(RmaRefusal::UnknownKey)?;
+        let (a, w) = (addr as usize, ty.width());
+        if !*writable {
+            return Err(RmaRefusal::Denied);
+        }
+        let cell = mem.get_mut(a..a + w).ok_or(RmaRefusal::OutOfRange)?;
+        let mut b = [0u8; 8];
+        b[..w].copy_from_slice(cell);
+        let old = u64::from_le_bytes(b);
+        let new = hx_protocol::apply_atomic(op, ty, old, operand, compare);
+        cell.copy_from_slice(&new.to_le_bytes()[..w]);
+        Ok(old)
+    }
+
     fn placed(&mut self, key: u64, addr: u64, buf: Vec<u8>) {
         let mut map = self.0.lock().unwrap();
         let (mem, _, _) = map
@@ -124,6 +151,8 @@ impl Regions<Vec<u8>> for SimRegions {
 const WRITE_KEY: u64 = 0x5000;
 const READ_KEY: u64 = 0x6000;
 const READ_REGION: usize = 256 * 1024;
+/// A counter every rank adds to with atomics.
+const COUNTER_KEY: u64 = 0x7000;
 
 #[derive(Debug, Clone, Copy)]
 enum RmaKind {
@@ -134,6 +163,8 @@ enum RmaKind {
     /// Refused by the target for this reason: a write into its read-only region, an unknown
     /// key, a range past a region's end.
     Refused(Access, RmaRefusal),
+    /// A fetching atomic add of this to the target's counter.
+    Add(u64),
 }
 
 #[derive(Debug)]
@@ -165,7 +196,8 @@ fn split_rma(ranks: usize, msgs: &[Msg], rng: &mut Rng) -> (Vec<Msg>, Vec<RmaOp>
             0 => RmaKind::Refused(Access::Write, RmaRefusal::Denied),
             1 if len > 0 => RmaKind::Refused(Access::Read, RmaRefusal::UnknownKey),
             2 if len > 0 => RmaKind::Refused(Access::Read, RmaRefusal::OutOfRange),
-            3..=5 => RmaKind::Read(rng.range(0, READ_REGION - len)),
+            3 | 4 => RmaKind::Read(rng.range(0, READ_REGION - len)),
+            5 => RmaKind::Add(len as u64 + 1),
             _ => {
                 let off = written[m.dst as usize];
                 written[m.dst as usize] += len;
@@ -196,6 +228,16 @@ fn start_rma(sim: &mut Cluster, i: usize, op: &mut RmaOp) -> Result<(), String> 
         RmaKind::Refused(Access::Write, _) => c.write(op.dst, READ_KEY, 0, data()),
         RmaKind::Refused(_, RmaRefusal::UnknownKey) => c.read(op.dst, 0x7777, 0, vec![0; op.len]),
         RmaKind::Refused(..) => c.read(op.dst, READ_KEY, u64::MAX - 2, vec![0; op.len]),
+        RmaKind::Add(n) => c.atomic(
+            op.dst,
+            COUNTER_KEY,
+            0,
+            AtomicOp::Sum,
+            AtomicType::U64,
+            n,
+            0,
+            vec![0; 8],
+        ),
     };
     op.req = Some(r.map_err(|e| e.to_string())?);
     Ok(())
@@ -220,6 +262,21 @@ fn check_rma(sim: &mut Cluster, regions: &[RegionMap], i: usize, op: &RmaOp) -> 
             RmaKind::Refused(_, why),
             Completion::Failed(ProtoError::Refused { why: got, peer, .. }),
         ) if got == why && peer == op.dst => {}
+        (RmaKind::Add(n), Completion::Done(st)) => {
+            // What it fetched plus what it added is at most the counter's final value (each
+            // add applied once, whatever was resent).
+            let total = u64::from_le_bytes(
+                regions[op.dst as usize].lock().unwrap()[&COUNTER_KEY].0[..8]
+                    .try_into()
+                    .unwrap(),
+            );
+            let old = u64::from_le_bytes(buf[..8].try_into().unwrap());
+            if st.data != Some(old) || old + n > total {
+                return Err(format!(
+                    "atomic {i} {op:?} fetched {old} ({st:?}), counter {total}"
+                ));
+            }
+        }
         (_, c) => return Err(format!("remote access {i} {op:?} ended {c:?}")),
     }
     Ok(())
@@ -244,6 +301,7 @@ fn run_inner(
             let mut map = HashMap::new();
             map.insert(WRITE_KEY, (vec![0u8; written[r]], false, true));
             map.insert(READ_KEY, (read_region(r), true, false));
+            map.insert(COUNTER_KEY, (vec![0u8; 8], true, true));
             Arc::new(Mutex::new(map))
         })
         .collect();
@@ -466,6 +524,23 @@ fn run_inner(
     }
     for (i, op) in rmas.iter().enumerate() {
         check_rma(&mut sim, &regions, i, op)?;
+    }
+    for (r, g) in regions.iter().enumerate() {
+        let added: u64 = rmas
+            .iter()
+            .filter(|o| o.dst as usize == r)
+            .filter_map(|o| match o.kind {
+                RmaKind::Add(n) => Some(n),
+                _ => None,
+            })
+            .sum();
+        let counter =
+            u64::from_le_bytes(g.lock().unwrap()[&COUNTER_KEY].0[..8].try_into().unwrap());
+        if counter != added {
+            return Err(format!(
+                "rank {r}'s counter is {counter}, the adds sum to {added}"
+            ));
+        }
     }
     let resent: u64 = sim.cores.iter().map(|c| c.resent_frames()).sum();
     for c in &sim.cores {
