@@ -87,6 +87,19 @@ for op in write read; do
   pair fi_rma_bw -b -e rdm -o $op -v -U -S all -I 3
 done
 pair fi_rma_bw -e rdm -o write -v -I 20
+# Atomics (fi_atomic, fi_fetch_atomic, fi_compare_atomic: one element of an integer type), as
+# runfabtests.sh runs fi_rdm_atomic: every op on every datatype (those hxcomm does not offer,
+# floating-point, complex and 128-bit, are reported unsupported by fi_atomicvalid and skipped),
+# also delivery-complete (-U). Then what Open MPI's btl/ofi uses (sum, band, bor, bxor, write
+# and cswap on uint64 and uint32, delivery-complete); once with fabtests' default addressing.
+pair fi_rdm_atomic -b -o all -I 5
+pair fi_rdm_atomic -b -o all -I 5 -U
+for z in uint64 uint32; do
+  for op in sum band bor bxor write cswap; do
+    pair fi_rdm_atomic -b -o $op -z $z -U -I 20
+  done
+done
+pair fi_rdm_atomic -o all -I 5
 # Not applicable, refused by fi_getinfo (-FI_ENODATA): fi_av_test asks for FI_SOCKADDR
 # addresses and fi_rdm_shared_av for FI_SHARED_AV (see README).
 for name in fi_av_test fi_rdm_shared_av; do

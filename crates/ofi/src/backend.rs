@@ -233,6 +233,32 @@ pub trait Backend: Send {
             "remote memory access is not supported by this backend",
         ))
     }
+    /// fi_atomic / fi_fetch_atomic / fi_compare_atomic on one element at `addr` of `peer`'s
+    /// region `key`: `operand` (and `compare`, for ops that take one) hold the element's value
+    /// in their low `ty.width()` bytes. Once the peer has applied it, the element's old value
+    /// is written to `result` (`ty.width()` bytes), if given, and the op completes.
+    ///
+    /// # Safety
+    /// `result`, if given, stays valid for `ty.width()` bytes until the op completes.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn atomic(
+        &mut self,
+        ep: u16,
+        peer: PeerId,
+        op: hx_engine::AtomicOp,
+        ty: hx_engine::AtomicType,
+        operand: u64,
+        compare: u64,
+        result: Option<*mut u8>,
+        addr: u64,
+        key: u64,
+    ) -> Result<OpId, BackendError> {
+        let _ = (ep, peer, op, ty, operand, compare, result, addr, key);
+        Err(BackendError::new(
+            crate::sys::FI_ENOSYS,
+            "atomics are not supported by this backend",
+        ))
+    }
     /// # Safety
     /// The buffer stays valid until the op completes or is cancelled.
     #[allow(clippy::too_many_arguments)]

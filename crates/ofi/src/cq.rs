@@ -260,8 +260,9 @@ impl CqShared {
             err_data_size: 0,
         };
         let bytes = text.as_bytes_with_nul();
-        if err != FI_EIO {
-            // Only a failed peer has more to say than the error code (which peer, why): other
+        if err != FI_EIO && err != FI_EACCES {
+            // Only a failed peer and a refused remote access have more to say than the error
+            // code (which peer, why): other
             // errors carry no err_data and, as libfabric's own
             // providers, never touch the caller's err_data then (fabtests pass uninitialised
             // entries here).

@@ -630,7 +630,7 @@ static DOMAIN_OPS: fi_ops_domain = fi_ops_domain {
     poll_open: Some(enosys_poll_open),
     stx_ctx: Some(enosys_stx),
     srx_ctx: Some(enosys_srx),
-    query_atomic: Some(enosys_query_atomic),
+    query_atomic: Some(query_atomic),
     query_collective: Some(enosys_query_collective),
     endpoint2: Some(endpoint2),
 };
@@ -675,8 +675,8 @@ pub unsafe extern "C" fn hx_domain(
             crate::util::fatal(FI_LOG_DOMAIN, &format!("fi_domain: {why}"));
             e.errno
         })?;
-        // Asked for FI_RMA: registrations become regions peers may read and write.
-        let regions = ((*info).caps & FI_RMA != 0)
+        // Asked for FI_RMA or FI_ATOMIC: registrations become regions peers may read and write.
+        let regions = ((*info).caps & (FI_RMA | FI_ATOMIC) != 0)
             .then(|| Arc::new(crate::mr::RegionTable::new(da.map_or(0, |d| d.mr_mode))));
         let mut backend = backend;
         if let Some(t) = &regions {
@@ -933,14 +933,36 @@ unsafe extern "C" fn enosys_srx(
 ) -> c_int {
     -FI_ENOSYS
 }
-unsafe extern "C" fn enosys_query_atomic(
-    _: *mut fid_domain,
-    _: c_int,
-    _: c_int,
-    _: *mut c_void,
-    _: u64,
+/// fi_query_atomic: what fi_atomicvalid and its fetch (FI_FETCH_ATOMIC) and compare
+/// (FI_COMPARE_ATOMIC) forms would say, with the element's size.
+pub(crate) unsafe extern "C" fn query_atomic(
+    d: *mut fid_domain,
+    datatype: c_int,
+    op: c_int,
+    attr: *mut fi_atomic_attr,
+    flags: u64,
 ) -> c_int {
-    -FI_ENOSYS
+    if d.is_null() || attr.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        use crate::ep::AtomicFamily;
+        if flags & !(FI_FETCH_ATOMIC | FI_COMPARE_ATOMIC) != 0 {
+            return Err(FI_EBADFLAGS);
+        }
+        let family = match flags {
+            0 => AtomicFamily::Write,
+            FI_FETCH_ATOMIC => AtomicFamily::Fetch,
+            FI_COMPARE_ATOMIC => AtomicFamily::Compare,
+            _ => return Err(FI_EINVAL),
+        };
+        let (_, ty) = crate::ep::atomic_kind(family, datatype, op)?;
+        *attr = fi_atomic_attr {
+            count: crate::ep::ATOMIC_COUNT,
+            size: ty.width(),
+        };
+        Ok(0)
+    })
 }
 unsafe extern "C" fn enosys_query_collective(
     _: *mut fid_domain,

@@ -10,8 +10,8 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use hx_engine::{
-    Access, Engine, EngineBuf, Express, Filter, Rank, Regions, Request, RmaRefusal, Settings,
-    TagMatch,
+    apply_atomic, Access, AtomicOp, AtomicType, Engine, EngineBuf, Express, Filter, Rank, Regions,
+    Request, RmaRefusal, Settings, TagMatch,
 };
 use std::sync::Arc;
 
@@ -554,6 +554,50 @@ impl Regions<EngineBuf> for EngineRegions {
         let ptr = self.0.find(key, addr, len, access)?;
         Ok(EngineBuf::Raw { ptr, len })
     }
+
+    /// With the CPU's atomics, so that they are atomic against the process's own too.
+    fn atomic(
+        &mut self,
+        key: u64,
+        addr: u64,
+        op: AtomicOp,
+        ty: AtomicType,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64, RmaRefusal> {
+        let width = ty.width();
+        let access = if op.writes() {
+            Access::Write
+        } else {
+            Access::Read
+        };
+        let ptr = self.0.find(key, addr, width, access)?;
+        if !(ptr as usize).is_multiple_of(width) {
+            return Err(RmaRefusal::Unsupported);
+        }
+        let f = |old: u64| apply_atomic(op, ty, old, operand, compare);
+        use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+        // SAFETY: a registered region's memory, valid while registered (the application must
+        // not free memory it registered), and aligned to the element's width.
+        // (fetch_update fails only when the closure says None; it never does.)
+        let old = unsafe {
+            match width {
+                1 => AtomicU8::from_ptr(ptr)
+                    .fetch_update(SeqCst, SeqCst, |o| Some(f(o as u64) as u8))
+                    .map_or_else(u64::from, u64::from),
+                2 => AtomicU16::from_ptr(ptr as *mut u16)
+                    .fetch_update(SeqCst, SeqCst, |o| Some(f(o as u64) as u16))
+                    .map_or_else(u64::from, u64::from),
+                4 => AtomicU32::from_ptr(ptr as *mut u32)
+                    .fetch_update(SeqCst, SeqCst, |o| Some(f(o as u64) as u32))
+                    .map_or_else(u64::from, u64::from),
+                _ => AtomicU64::from_ptr(ptr as *mut u64)
+                    .fetch_update(SeqCst, SeqCst, |o| Some(f(o)))
+                    .unwrap_or_else(|o| o),
+            }
+        };
+        Ok(old)
+    }
 }
 
 /// What a send is tracked as.
@@ -710,6 +754,33 @@ impl Backend for EngineBackend {
         let req = self
             .eng_mut()
             .iwrite(rank, key, addr, engine_buf(buf))
+            .map_err(|e| err(FI_EINVAL, e))?;
+        Ok(self.track(req, send_op(req, ep)))
+    }
+
+    unsafe fn atomic(
+        &mut self,
+        ep: u16,
+        peer: PeerId,
+        op: AtomicOp,
+        ty: AtomicType,
+        operand: u64,
+        compare: u64,
+        result: Option<*mut u8>,
+        addr: u64,
+        key: u64,
+    ) -> Result<OpId, BackendError> {
+        let (rank, _) = self.peer(peer)?;
+        let result = match result {
+            Some(ptr) => EngineBuf::Raw {
+                ptr,
+                len: ty.width(),
+            },
+            None => EngineBuf::Owned(Vec::new()),
+        };
+        let req = self
+            .eng_mut()
+            .iatomic(rank, key, addr, op, ty, operand, compare, result)
             .map_err(|e| err(FI_EINVAL, e))?;
         Ok(self.track(req, send_op(req, ep)))
     }

@@ -8,6 +8,7 @@ use crate::fabric::{enosys_ops_open, ptr};
 use crate::hints::{self, INJECT_SIZE};
 use crate::sys::*;
 use crate::util::*;
+use hx_engine::{AtomicOp, AtomicType};
 use libc::{c_int, c_void, iovec};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::Ordering;
@@ -109,6 +110,23 @@ static TAGGED_OPS: fi_ops_tagged = fi_ops_tagged {
     injectdata: Some(t_injectdata),
 };
 
+static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
+    size: std::mem::size_of::<fi_ops_atomic>(),
+    write: Some(atomic_write),
+    writev: Some(atomic_writev),
+    writemsg: Some(atomic_writemsg),
+    inject: Some(atomic_inject),
+    readwrite: Some(atomic_readwrite),
+    readwritev: Some(atomic_readwritev),
+    readwritemsg: Some(atomic_readwritemsg),
+    compwrite: Some(atomic_compwrite),
+    compwritev: Some(atomic_compwritev),
+    compwritemsg: Some(atomic_compwritemsg),
+    writevalid: Some(atomic_writevalid),
+    readwritevalid: Some(atomic_readwritevalid),
+    compwritevalid: Some(atomic_compwritevalid),
+};
+
 static RMA_OPS: fi_ops_rma = fi_ops_rma {
     size: std::mem::size_of::<fi_ops_rma>(),
     read: Some(rma_read),
@@ -183,7 +201,7 @@ pub unsafe extern "C" fn hx_endpoint(
                 msg: ptr(&MSG_OPS),
                 rma: ptr(&RMA_OPS),
                 tagged: ptr(&TAGGED_OPS),
-                atomic: std::ptr::null_mut(),
+                atomic: ptr(&ATOMIC_OPS),
                 collective: std::ptr::null_mut(),
             },
             domain: d as *mut DomainObj,
@@ -351,6 +369,122 @@ struct RmaArgs {
     flags: Option<u64>,
     /// fi_inject_write: a copy, never reported.
     inject: bool,
+}
+
+/// The three families of fi_atomic(3), each with its own calls, ops and completion flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicFamily {
+    /// fi_atomic: the arithmetic, logical and bitwise ops and FI_ATOMIC_WRITE.
+    Write,
+    /// fi_fetch_atomic: as fi_atomic plus FI_ATOMIC_READ, returning the old value.
+    Fetch,
+    /// fi_compare_atomic: the compare-and-swap ops and FI_MSWAP, returning the old value.
+    Compare,
+}
+
+impl AtomicFamily {
+    fn what(self) -> &'static str {
+        match self {
+            AtomicFamily::Write => "fi_atomic",
+            AtomicFamily::Fetch => "fi_fetch_atomic",
+            AtomicFamily::Compare => "fi_compare_atomic",
+        }
+    }
+}
+
+/// The engine's view of an fi_datatype / fi_op pair a family takes; -FI_EOPNOTSUPP for the
+/// rest (floating-point, complex and 128-bit types, ops of another family, unknown values).
+/// One element per operation ([`ATOMIC_COUNT`]).
+pub fn atomic_kind(
+    family: AtomicFamily,
+    datatype: c_int,
+    op: c_int,
+) -> Result<(AtomicOp, AtomicType), i32> {
+    let ty = match datatype {
+        FI_INT8 => AtomicType::I8,
+        FI_UINT8 => AtomicType::U8,
+        FI_INT16 => AtomicType::I16,
+        FI_UINT16 => AtomicType::U16,
+        FI_INT32 => AtomicType::I32,
+        FI_UINT32 => AtomicType::U32,
+        FI_INT64 => AtomicType::I64,
+        FI_UINT64 => AtomicType::U64,
+        _ => return Err(FI_EOPNOTSUPP),
+    };
+    let op = match op {
+        FI_MIN => AtomicOp::Min,
+        FI_MAX => AtomicOp::Max,
+        FI_SUM => AtomicOp::Sum,
+        FI_PROD => AtomicOp::Prod,
+        FI_LOR => AtomicOp::Lor,
+        FI_LAND => AtomicOp::Land,
+        FI_BOR => AtomicOp::Bor,
+        FI_BAND => AtomicOp::Band,
+        FI_LXOR => AtomicOp::Lxor,
+        FI_BXOR => AtomicOp::Bxor,
+        FI_ATOMIC_READ => AtomicOp::Read,
+        FI_ATOMIC_WRITE => AtomicOp::Write,
+        FI_CSWAP => AtomicOp::Cswap,
+        FI_CSWAP_NE => AtomicOp::CswapNe,
+        FI_CSWAP_LE => AtomicOp::CswapLe,
+        FI_CSWAP_LT => AtomicOp::CswapLt,
+        FI_CSWAP_GE => AtomicOp::CswapGe,
+        FI_CSWAP_GT => AtomicOp::CswapGt,
+        FI_MSWAP => AtomicOp::Mswap,
+        _ => return Err(FI_EOPNOTSUPP),
+    };
+    let takes = match family {
+        // A read without a result to return it to is no operation.
+        AtomicFamily::Write => !op.compares() && op != AtomicOp::Read,
+        AtomicFamily::Fetch => !op.compares(),
+        AtomicFamily::Compare => op.compares(),
+    };
+    if takes {
+        Ok((op, ty))
+    } else {
+        Err(FI_EOPNOTSUPP)
+    }
+}
+
+/// Elements per atomic operation: one (what fi_atomicvalid and fi_query_atomic report).
+pub const ATOMIC_COUNT: usize = 1;
+
+/// One buffer of an atomic: its address and element count.
+type Ioc = (*mut u8, usize);
+
+struct AtomicArgs {
+    family: AtomicFamily,
+    /// The operand (None: no fi_ioc given, which only FI_ATOMIC_READ may do).
+    buf: Option<Ioc>,
+    /// The compare family's compare value (or mask, FI_MSWAP).
+    compare: Option<Ioc>,
+    /// Where the fetch and compare families return the old value.
+    result: Option<Ioc>,
+    peer: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: c_int,
+    op: c_int,
+    context: usize,
+    /// Explicit operation flags (None: the endpoint's tx op_flags).
+    flags: Option<u64>,
+    /// fi_inject_atomic: never reported.
+    inject: bool,
+}
+
+/// The one element at `e` of `width` bytes, as the low bytes of a little-endian u64.
+///
+/// # Safety
+/// `e`, if given with a non-NULL address, is readable for `width` bytes.
+unsafe fn element(e: Option<Ioc>, width: usize) -> Result<u64, i32> {
+    match e {
+        Some((p, ATOMIC_COUNT)) if !p.is_null() => {
+            let mut v = [0u8; 8];
+            std::ptr::copy_nonoverlapping(p, v.as_mut_ptr(), width.min(8));
+            Ok(u64::from_le_bytes(v))
+        }
+        _ => Err(FI_EINVAL),
+    }
 }
 
 impl EpObj {
@@ -616,6 +750,104 @@ impl EpObj {
             },
         );
         Ok(0)
+    }
+
+    /// The fi_atomic, fi_fetch_atomic and fi_compare_atomic families: one element, one
+    /// remote element; the operand and compare value are copied at the call, the old value
+    /// lands in the result buffer before the completion.
+    unsafe fn atomic(&self, a: AtomicArgs) -> Result<isize, i32> {
+        let what = a.family.what();
+        if self.caps & FI_ATOMIC == 0 {
+            warn(
+                FI_LOG_EP_DATA,
+                &format!("{what}: the endpoint was opened without FI_ATOMIC"),
+            );
+            return Err(FI_EOPNOTSUPP);
+        }
+        let (op, ty) = atomic_kind(a.family, a.datatype, a.op).inspect_err(|_| {
+            warn(
+                FI_LOG_EP_DATA,
+                &format!(
+                    "{what}: datatype {} with op {} is not supported",
+                    a.datatype, a.op
+                ),
+            );
+        })?;
+        let b = self.bound()?;
+        let width = ty.width();
+        // A read's operand is never looked at (fi_fetch_atomic may pass NULL), but a count
+        // it names must still be one element.
+        let operand = match a.buf {
+            _ if op != AtomicOp::Read => element(a.buf, width)?,
+            Some((_, n)) if n != ATOMIC_COUNT => return Err(FI_EINVAL),
+            _ => 0,
+        };
+        let compare = if a.family == AtomicFamily::Compare {
+            element(a.compare, width)?
+        } else {
+            0
+        };
+        let result = match (a.family, a.result) {
+            (AtomicFamily::Write, _) => None,
+            (_, Some((p, ATOMIC_COUNT))) if !p.is_null() => Some(p),
+            _ => return Err(FI_EINVAL),
+        };
+        let flags = a.flags.unwrap_or(self.tx_op_flags);
+        // As with fi_write: no completion at the target, no fence. (FI_INJECT needs nothing:
+        // the operand and compare value are copied before the call returns.)
+        if flags & (FI_REMOTE_CQ_DATA | FI_FENCE) != 0 {
+            warn(
+                FI_LOG_EP_DATA,
+                &format!("{what}: FI_REMOTE_CQ_DATA and FI_FENCE are not supported"),
+            );
+            return Err(FI_EBADFLAGS);
+        }
+        let report = if a.inject {
+            Report::Never
+        } else if !b.tx_sel || flags & FI_COMPLETION != 0 {
+            Report::Always
+        } else {
+            Report::ErrorsOnly
+        };
+        let mut st = self.d.state.lock();
+        let peer = self.peer_locked(&mut st, b, a.peer, what)?;
+        let op_id = st
+            .backend
+            .atomic(
+                self.id, peer, op, ty, operand, compare, result, a.addr, a.key,
+            )
+            .map_err(|e| {
+                warn(FI_LOG_EP_DATA, &format!("{what}: {}", e.msg));
+                e.errno
+            })?;
+        // As libfabric's providers report them: a plain atomic writes, the two that return
+        // the old value read.
+        let side = if a.family == AtomicFamily::Write {
+            FI_WRITE
+        } else {
+            FI_READ
+        };
+        st.pending.insert(
+            op_id,
+            Pending {
+                cq: b.tx_cq.as_ref().map_or(std::ptr::null(), Arc::as_ptr),
+                av: std::ptr::null(),
+                context: a.context,
+                flags: FI_ATOMIC | side,
+                report,
+                ep: self.id,
+            },
+        );
+        Ok(0)
+    }
+
+    /// fi_atomicvalid and its fetch and compare forms: one element for what the family
+    /// takes on an endpoint opened with FI_ATOMIC.
+    fn atomic_valid(&self, family: AtomicFamily, datatype: c_int, op: c_int) -> Result<usize, i32> {
+        if self.caps & FI_ATOMIC == 0 {
+            return Err(FI_EOPNOTSUPP);
+        }
+        atomic_kind(family, datatype, op).map(|_| ATOMIC_COUNT)
     }
 
     fn rx_report(&self, b: &Bound, flags: u64) -> Report {
@@ -1445,4 +1677,1023 @@ unsafe extern "C" fn rma_injectdata(
     _key: u64,
 ) -> isize {
     -(FI_ENOSYS as isize)
+}
+
+// ---- atomics ----
+
+/// The one fi_ioc of an iov form (None: an empty list).
+unsafe fn one_ioc(iov: *const fi_ioc, count: usize) -> Result<Option<Ioc>, i32> {
+    match count {
+        0 => Ok(None),
+        1 if !iov.is_null() => Ok(Some(((*iov).addr as *mut u8, (*iov).count))),
+        _ => Err(FI_EINVAL),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn atomic_args(
+    family: AtomicFamily,
+    buf: Option<Ioc>,
+    peer: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: c_int,
+    op: c_int,
+    context: *mut c_void,
+) -> AtomicArgs {
+    AtomicArgs {
+        family,
+        buf,
+        compare: None,
+        result: None,
+        peer,
+        addr,
+        key,
+        datatype,
+        op,
+        context: context as usize,
+        flags: None,
+        inject: false,
+    }
+}
+
+/// The operand, the one remote element (its count one) and the rest of an fi_msg_atomic.
+unsafe fn atomic_msg(
+    family: AtomicFamily,
+    msg: *const fi_msg_atomic,
+    flags: u64,
+) -> Result<AtomicArgs, i32> {
+    if msg.is_null() {
+        return Err(FI_EINVAL);
+    }
+    let m = &*msg;
+    let buf = one_ioc(m.msg_iov, m.iov_count)?;
+    if m.rma_iov_count != 1 || m.rma_iov.is_null() || (*m.rma_iov).count != ATOMIC_COUNT {
+        return Err(FI_EINVAL);
+    }
+    let r = &*m.rma_iov;
+    let mut a = atomic_args(
+        family, buf, m.addr, r.addr, r.key, m.datatype, m.op, m.context,
+    );
+    a.flags = Some(flags);
+    Ok(a)
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_write(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    count: usize,
+    _desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: c_int,
+    op: c_int,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let b = Some((buf as *mut u8, count));
+        ep_of(ep).atomic(atomic_args(
+            AtomicFamily::Write,
+            b,
+            dest,
+            addr,
+            key,
+            datatype,
+            op,
+            ctx,
+        ))
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_writev(
+    ep: *mut fid_ep,
+    iov: *const fi_ioc,
+    _desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: c_int,
+    op: c_int,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let b = one_ioc(iov, count)?;
+        ep_of(ep).atomic(atomic_args(
+            AtomicFamily::Write,
+            b,
+            dest,
+            addr,
+            key,
+            datatype,
+            op,
+            ctx,
+        ))
+    })
+}
+
+unsafe extern "C" fn atomic_writemsg(
+    ep: *mut fid_ep,
+    msg: *const fi_msg_atomic,
+    flags: u64,
+) -> isize {
+    ep_call!(
+        ep,
+        ep_of(ep).atomic(atomic_msg(AtomicFamily::Write, msg, flags)?)
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_inject(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    count: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: c_int,
+    op: c_int,
+) -> isize {
+    ep_call!(ep, {
+        let b = Some((buf as *mut u8, count));
+        let mut a = atomic_args(
+            AtomicFamily::Write,
+            b,
+            dest,
+            addr,
+            key,
+            datatype,
+            op,
+            std::ptr::null_mut(),
+        );
+        a.inject = true;
+        ep_of(ep).atomic(a)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_readwrite(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    count: usize,
+    _desc: *mut c_void,
+    result: *mut c_void,
+    _result_desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: c_int,
+    op: c_int,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let b = Some((buf as *mut u8, count));
+        let mut a = atomic_args(AtomicFamily::Fetch, b, dest, addr, key, datatype, op, ctx);
+        a.result = Some((result as *mut u8, count));
+        ep_of(ep).atomic(a)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_readwritev(
+    ep: *mut fid_ep,
+    iov: *const fi_ioc,
+    _desc: *mut *mut c_void,
+    count: usize,
+    resultv: *mut fi_ioc,
+    _result_desc: *mut *mut c_void,
+    result_count: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: c_int,
+    op: c_int,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let b = one_ioc(iov, count)?;
+        let mut a = atomic_args(AtomicFamily::Fetch, b, dest, addr, key, datatype, op, ctx);
+        a.result = one_ioc(resultv, result_count)?;
+        ep_of(ep).atomic(a)
+    })
+}
+
+unsafe extern "C" fn atomic_readwritemsg(
+    ep: *mut fid_ep,
+    msg: *const fi_msg_atomic,
+    resultv: *mut fi_ioc,
+    _result_desc: *mut *mut c_void,
+    result_count: usize,
+    flags: u64,
+) -> isize {
+    ep_call!(ep, {
+        let mut a = atomic_msg(AtomicFamily::Fetch, msg, flags)?;
+        a.result = one_ioc(resultv, result_count)?;
+        ep_of(ep).atomic(a)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_compwrite(
+    ep: *mut fid_ep,
+    buf: *const c_void,
+    count: usize,
+    _desc: *mut c_void,
+    compare: *const c_void,
+    _compare_desc: *mut c_void,
+    result: *mut c_void,
+    _result_desc: *mut c_void,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: c_int,
+    op: c_int,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let b = Some((buf as *mut u8, count));
+        let mut a = atomic_args(AtomicFamily::Compare, b, dest, addr, key, datatype, op, ctx);
+        a.compare = Some((compare as *mut u8, count));
+        a.result = Some((result as *mut u8, count));
+        ep_of(ep).atomic(a)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_compwritev(
+    ep: *mut fid_ep,
+    iov: *const fi_ioc,
+    _desc: *mut *mut c_void,
+    count: usize,
+    comparev: *const fi_ioc,
+    _compare_desc: *mut *mut c_void,
+    compare_count: usize,
+    resultv: *mut fi_ioc,
+    _result_desc: *mut *mut c_void,
+    result_count: usize,
+    dest: fi_addr_t,
+    addr: u64,
+    key: u64,
+    datatype: c_int,
+    op: c_int,
+    ctx: *mut c_void,
+) -> isize {
+    ep_call!(ep, {
+        let b = one_ioc(iov, count)?;
+        let mut a = atomic_args(AtomicFamily::Compare, b, dest, addr, key, datatype, op, ctx);
+        a.compare = one_ioc(comparev, compare_count)?;
+        a.result = one_ioc(resultv, result_count)?;
+        ep_of(ep).atomic(a)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn atomic_compwritemsg(
+    ep: *mut fid_ep,
+    msg: *const fi_msg_atomic,
+    comparev: *const fi_ioc,
+    _compare_desc: *mut *mut c_void,
+    compare_count: usize,
+    resultv: *mut fi_ioc,
+    _result_desc: *mut *mut c_void,
+    result_count: usize,
+    flags: u64,
+) -> isize {
+    ep_call!(ep, {
+        let mut a = atomic_msg(AtomicFamily::Compare, msg, flags)?;
+        a.compare = one_ioc(comparev, compare_count)?;
+        a.result = one_ioc(resultv, result_count)?;
+        ep_of(ep).atomic(a)
+    })
+}
+
+unsafe fn valid(
+    ep: *mut fid_ep,
+    family: AtomicFamily,
+    datatype: c_int,
+    op: c_int,
+    count: *mut usize,
+) -> c_int {
+    if ep.is_null() || count.is_null() {
+        return -FI_EINVAL;
+    }
+    ret_int(|| {
+        *count = ep_of(ep).atomic_valid(family, datatype, op)?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn atomic_writevalid(
+    ep: *mut fid_ep,
+    datatype: c_int,
+    op: c_int,
+    count: *mut usize,
+) -> c_int {
+    valid(ep, AtomicFamily::Write, datatype, op, count)
+}
+
+unsafe extern "C" fn atomic_readwritevalid(
+    ep: *mut fid_ep,
+    datatype: c_int,
+    op: c_int,
+    count: *mut usize,
+) -> c_int {
+    valid(ep, AtomicFamily::Fetch, datatype, op, count)
+}
+
+unsafe extern "C" fn atomic_compwritevalid(
+    ep: *mut fid_ep,
+    datatype: c_int,
+    op: c_int,
+    count: *mut usize,
+) -> c_int {
+    valid(ep, AtomicFamily::Compare, datatype, op, count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Backend, BackendConfig, BackendError, Done};
+    use crate::hints::Info;
+    use crate::mock::MockBackend;
+    use std::ptr::{null, null_mut};
+    use std::sync::atomic::AtomicUsize;
+
+    /// What the shell asked of the backend's `atomic`.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Call {
+        op: AtomicOp,
+        ty: AtomicType,
+        operand: u64,
+        compare: u64,
+        result: bool,
+        addr: u64,
+        key: u64,
+    }
+
+    /// The mock backend, plus atomics that complete at the next collect or progress, writing
+    /// `OLD` to the result; key `BAD_KEY` is refused.
+    struct Recorder {
+        inner: MockBackend,
+        calls: Arc<Mutex<Vec<Call>>>,
+        done: Vec<Done>,
+        next: u64,
+    }
+
+    const OLD: u64 = 0x0807_0605_0403_0201;
+    const BAD_KEY: u64 = 0xdead;
+
+    impl Backend for Recorder {
+        fn open_ep(&mut self) -> Result<u16, BackendError> {
+            self.inner.open_ep()
+        }
+        fn close_ep(&mut self, ep: u16) -> Result<(), BackendError> {
+            self.inner.close_ep(ep)
+        }
+        fn name(&self, ep: u16) -> [u8; NAME_LEN] {
+            self.inner.name(ep)
+        }
+        fn describe(&self, name: &[u8]) -> Result<String, BackendError> {
+            self.inner.describe(name)
+        }
+        fn insert(&mut self, name: &[u8]) -> Result<PeerId, BackendError> {
+            self.inner.insert(name)
+        }
+        fn remove(&mut self, peer: PeerId) -> Result<(), BackendError> {
+            self.inner.remove(peer)
+        }
+        unsafe fn send(&mut self, to: SendTo, buf: SendBuf) -> Result<OpId, BackendError> {
+            self.inner.send(to, buf)
+        }
+        unsafe fn atomic(
+            &mut self,
+            _ep: u16,
+            _peer: PeerId,
+            op: AtomicOp,
+            ty: AtomicType,
+            operand: u64,
+            compare: u64,
+            result: Option<*mut u8>,
+            addr: u64,
+            key: u64,
+        ) -> Result<OpId, BackendError> {
+            if key == BAD_KEY {
+                return Err(BackendError::new(FI_EACCES, "no such region"));
+            }
+            lock(&self.calls).push(Call {
+                op,
+                ty,
+                operand,
+                compare,
+                result: result.is_some(),
+                addr,
+                key,
+            });
+            if let Some(p) = result {
+                std::ptr::copy_nonoverlapping(OLD.to_le_bytes().as_ptr(), p, ty.width());
+            }
+            self.next += 1;
+            let id = (1 << 60) | self.next;
+            self.done.push(Done {
+                op: id,
+                is_recv: false,
+                len: 0,
+                msg_len: 0,
+                tag: 0,
+                data: None,
+                src: None,
+                error: None,
+            });
+            Ok(id)
+        }
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn recv(
+            &mut self,
+            ep: u16,
+            tagged: bool,
+            src: Option<PeerId>,
+            tag: u64,
+            ignore: u64,
+            ptr: *mut u8,
+            len: usize,
+        ) -> Result<OpId, BackendError> {
+            self.inner.recv(ep, tagged, src, tag, ignore, ptr, len)
+        }
+        fn peek(
+            &mut self,
+            ep: u16,
+            src: Option<PeerId>,
+            tag: u64,
+            ignore: u64,
+            claim: bool,
+        ) -> Result<Option<(Found, Option<u64>)>, BackendError> {
+            self.inner.peek(ep, src, tag, ignore, claim)
+        }
+        fn discard(
+            &mut self,
+            ep: u16,
+            src: Option<PeerId>,
+            tag: u64,
+            ignore: u64,
+        ) -> Result<Option<Found>, BackendError> {
+            self.inner.discard(ep, src, tag, ignore)
+        }
+        unsafe fn recv_claimed(
+            &mut self,
+            claim: u64,
+            ptr: *mut u8,
+            len: usize,
+        ) -> Result<OpId, BackendError> {
+            self.inner.recv_claimed(claim, ptr, len)
+        }
+        fn discard_claimed(&mut self, claim: u64) -> Result<Found, BackendError> {
+            self.inner.discard_claimed(claim)
+        }
+        fn cancel(&mut self, op: OpId) -> bool {
+            self.inner.cancel(op)
+        }
+        fn progress(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
+            self.inner.progress(out)?;
+            self.collect(out)
+        }
+        // Finished without I/O: even the read right after a delivery, which only collects,
+        // sees them.
+        fn collect(&mut self, out: &mut Vec<Done>) -> Result<(), BackendError> {
+            out.append(&mut self.done);
+            Ok(())
+        }
+        fn wait_fd(&self) -> i32 {
+            self.inner.wait_fd()
+        }
+        fn max_msg_size(&self) -> usize {
+            self.inner.max_msg_size()
+        }
+        fn resolve(&mut self, node: &str, service: &str) -> Result<[u8; NAME_LEN], BackendError> {
+            self.inner.resolve(node, service)
+        }
+    }
+
+    /// A domain over a [`Recorder`], and an endpoint of it bound to one CQ (FI_CQ_FORMAT_MSG)
+    /// and an AV holding the endpoint itself (`me`).
+    struct Setup {
+        dom: *mut DomainObj,
+        ep: *mut fid_ep,
+        cq: *mut fid_cq,
+        av: *mut fid_av,
+        me: fi_addr_t,
+        calls: Arc<Mutex<Vec<Call>>>,
+    }
+
+    unsafe fn setup(caps: u64, bind_flags: u64) -> Setup {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let b = Recorder {
+            inner: MockBackend::new(&BackendConfig {
+                settings: vec![],
+                auth_key: None,
+            })
+            .unwrap(),
+            calls: calls.clone(),
+            done: Vec::new(),
+            next: 0,
+        };
+        let dom = Box::into_raw(Box::new(DomainObj {
+            fid: fid_domain {
+                fid: fid {
+                    fclass: FI_CLASS_DOMAIN,
+                    context: null_mut(),
+                    ops: null_mut(),
+                },
+                ops: null_mut(),
+                mr: null_mut(),
+            },
+            fabric: null_mut(),
+            d: DomainShared::new(Box::new(b), fi_version(1, 17), false),
+            children: AtomicUsize::new(0),
+            regions: None,
+        }));
+        let d = dom as *mut fid_domain;
+        let h = Info {
+            caps,
+            ..Default::default()
+        };
+        let info = crate::info::to_c(&hints::select(fi_version(1, 17), Some(&h)).unwrap()).unwrap();
+        let mut ep = null_mut();
+        assert_eq!(hx_endpoint(d, info, &mut ep, null_mut()), 0);
+        crate::info::free_c(info);
+        let mut cq_attr: fi_cq_attr = std::mem::zeroed();
+        cq_attr.format = FI_CQ_FORMAT_MSG;
+        let mut cq = null_mut();
+        assert_eq!(
+            crate::cq::hx_cq_open(d, &mut cq_attr, &mut cq, null_mut()),
+            0
+        );
+        let mut av_attr: fi_av_attr = std::mem::zeroed();
+        av_attr.type_ = FI_AV_TABLE;
+        let mut av = null_mut();
+        assert_eq!(
+            crate::av::hx_av_open(d, &mut av_attr, &mut av, null_mut()),
+            0
+        );
+        let bind = (*(*ep).fid.ops).bind.unwrap();
+        assert_eq!(bind(&mut (*ep).fid, &mut (*cq).fid, bind_flags), 0);
+        assert_eq!(bind(&mut (*ep).fid, &mut (*av).fid, 0), 0);
+        let control = (*(*ep).fid.ops).control.unwrap();
+        assert_eq!(control(&mut (*ep).fid, FI_ENABLE, null_mut()), 0);
+        let mut name = [0u8; NAME_LEN];
+        let mut len = NAME_LEN;
+        let getname = (*(*ep).cm).getname.unwrap();
+        assert_eq!(getname(&mut (*ep).fid, name.as_mut_ptr() as _, &mut len), 0);
+        let mut me = 0;
+        let insert = (*(*av).ops).insert.unwrap();
+        assert_eq!(insert(av, name.as_ptr() as _, 1, &mut me, 0, null_mut()), 1);
+        Setup {
+            dom,
+            ep,
+            cq,
+            av,
+            me,
+            calls,
+        }
+    }
+
+    impl Setup {
+        fn ops(&self) -> &fi_ops_atomic {
+            unsafe { &*(*self.ep).atomic }
+        }
+
+        /// The tx CQ's next entry: (context, flags), or the read's error.
+        fn read(&self) -> Result<(usize, u64), isize> {
+            unsafe {
+                let mut e: fi_cq_msg_entry = std::mem::zeroed();
+                let read = (*(*self.cq).ops).read.unwrap();
+                match read(self.cq, &mut e as *mut _ as *mut c_void, 1) {
+                    1 => Ok((e.op_context as usize, e.flags)),
+                    n => Err(n),
+                }
+            }
+        }
+
+        fn calls(&self) -> Vec<Call> {
+            std::mem::take(&mut *lock(&self.calls))
+        }
+    }
+
+    impl Drop for Setup {
+        fn drop(&mut self) {
+            unsafe {
+                for f in [
+                    &mut (*self.ep).fid as *mut fid,
+                    &mut (*self.cq).fid,
+                    &mut (*self.av).fid,
+                ] {
+                    assert_eq!(((*(*f).ops).close.unwrap())(f), 0);
+                }
+                drop(Box::from_raw(self.dom));
+            }
+        }
+    }
+
+    const ATOMIC_CAPS: u64 = FI_MSG | FI_ATOMIC;
+    const EOPNOTSUPP: isize = -(FI_EOPNOTSUPP as isize);
+    const EINVAL: isize = -(FI_EINVAL as isize);
+
+    #[test]
+    fn each_family_takes_its_ops_on_integers() {
+        let s = unsafe { setup(ATOMIC_CAPS, FI_TRANSMIT | FI_RECV) };
+        let o = s.ops();
+        let families = [
+            (o.writevalid.unwrap(), 11, 0),
+            (o.readwritevalid.unwrap(), 12, FI_FETCH_ATOMIC),
+            (o.compwritevalid.unwrap(), 7, FI_COMPARE_ATOMIC),
+        ];
+        for (valid, ops, qflags) in families {
+            let mut n = 0;
+            for dt in 0..=FI_UINT128 + 1 {
+                for op in 0..=FI_ATOMIC_OP_LAST {
+                    let mut count = 0usize;
+                    let r = unsafe { valid(s.ep, dt, op, &mut count) };
+                    let mut attr = fi_atomic_attr { count: 0, size: 0 };
+                    let q = unsafe {
+                        crate::domain::query_atomic(s.dom as _, dt, op, &mut attr, qflags)
+                    };
+                    assert_eq!(r, q, "datatype {dt} op {op}: valid and query differ");
+                    if r == 0 {
+                        n += 1;
+                        assert!(dt <= FI_UINT64, "datatype {dt}");
+                        assert_eq!((count, attr.count), (1, 1));
+                        assert_eq!(attr.size, 1 << (dt / 2));
+                    } else {
+                        assert_eq!(r, -FI_EOPNOTSUPP);
+                    }
+                }
+            }
+            // Eight integer types, each with every op of the family.
+            assert_eq!(n, 8 * ops, "{qflags:#x}");
+        }
+        let mut count = 0usize;
+        let valid = o.readwritevalid.unwrap();
+        assert_eq!(
+            unsafe { valid(s.ep, FI_INT64, FI_ATOMIC_READ, &mut count) },
+            0
+        );
+        assert_eq!(
+            unsafe { valid(s.ep, FI_INT64, FI_CSWAP, &mut count) },
+            -FI_EOPNOTSUPP
+        );
+        assert_eq!(
+            unsafe { valid(s.ep, FI_INT64, FI_SUM, null_mut()) },
+            -FI_EINVAL
+        );
+        let mut attr = fi_atomic_attr { count: 0, size: 0 };
+        let mut q = |flags| unsafe {
+            crate::domain::query_atomic(s.dom as _, FI_UINT32, FI_CSWAP, &mut attr, flags)
+        };
+        assert_eq!(q(FI_FETCH_ATOMIC | FI_COMPARE_ATOMIC), -FI_EINVAL);
+        assert_eq!(q(FI_COMPARE_ATOMIC | FI_TAGGED), -FI_EBADFLAGS);
+        assert_eq!(q(FI_COMPARE_ATOMIC), 0);
+    }
+
+    #[test]
+    fn atomics_reach_the_backend_and_complete() {
+        let s = unsafe { setup(ATOMIC_CAPS, FI_TRANSMIT | FI_RECV) };
+        let o = s.ops();
+        let ctx = 0x1234 as *mut c_void;
+        // fi_atomic: the operand as its type's width, little-endian.
+        let v = 0x1122_3344u32.to_ne_bytes();
+        let r = unsafe {
+            (o.write.unwrap())(
+                s.ep,
+                v.as_ptr() as _,
+                1,
+                null_mut(),
+                s.me,
+                0x1000,
+                7,
+                FI_UINT32,
+                FI_SUM,
+                ctx,
+            )
+        };
+        assert_eq!(r, 0);
+        let call = Call {
+            op: AtomicOp::Sum,
+            ty: AtomicType::U32,
+            operand: 0x1122_3344,
+            compare: 0,
+            result: false,
+            addr: 0x1000,
+            key: 7,
+        };
+        assert_eq!(s.calls(), vec![call.clone()]);
+        assert_eq!(s.read(), Ok((0x1234, FI_ATOMIC | FI_WRITE)));
+        // fi_fetch_atomic(FI_ATOMIC_READ) with no operand; the old value in the result.
+        let mut res = [0u8; 8];
+        let r = unsafe {
+            (o.readwrite.unwrap())(
+                s.ep,
+                null(),
+                1,
+                null_mut(),
+                res.as_mut_ptr() as _,
+                null_mut(),
+                s.me,
+                8,
+                9,
+                FI_INT16,
+                FI_ATOMIC_READ,
+                ctx,
+            )
+        };
+        assert_eq!(r, 0);
+        assert_eq!(s.read(), Ok((0x1234, FI_ATOMIC | FI_READ)));
+        assert_eq!(res, [1, 2, 0, 0, 0, 0, 0, 0], "two bytes of the old value");
+        assert_eq!(s.calls()[0].op, AtomicOp::Read);
+        // fi_compare_atomic: operand and compare value.
+        let (b, c) = (5u64.to_ne_bytes(), 6u64.to_ne_bytes());
+        let r = unsafe {
+            (o.compwrite.unwrap())(
+                s.ep,
+                b.as_ptr() as _,
+                1,
+                null_mut(),
+                c.as_ptr() as _,
+                null_mut(),
+                res.as_mut_ptr() as _,
+                null_mut(),
+                s.me,
+                16,
+                9,
+                FI_INT64,
+                FI_CSWAP_GE,
+                ctx,
+            )
+        };
+        assert_eq!(r, 0);
+        assert_eq!(s.read(), Ok((0x1234, FI_ATOMIC | FI_READ)));
+        assert_eq!(u64::from_le_bytes(res), OLD);
+        let got = s.calls();
+        assert_eq!(
+            (got[0].op, got[0].operand, got[0].compare, got[0].result),
+            (AtomicOp::CswapGe, 5, 6, true)
+        );
+        // The msg and v forms.
+        let mut ioc = fi_ioc {
+            addr: v.as_ptr() as _,
+            count: 1,
+        };
+        let rma = fi_rma_ioc {
+            addr: 0x1000,
+            count: 1,
+            key: 7,
+        };
+        let msg = fi_msg_atomic {
+            msg_iov: &ioc,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: s.me,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            datatype: FI_UINT32,
+            op: FI_SUM,
+            context: ctx,
+            data: 0,
+        };
+        assert_eq!(unsafe { (o.writemsg.unwrap())(s.ep, &msg, 0) }, 0);
+        assert_eq!(s.calls(), vec![call.clone()]);
+        assert_eq!(s.read(), Ok((0x1234, FI_ATOMIC | FI_WRITE)));
+        let r = unsafe {
+            (o.writev.unwrap())(
+                s.ep,
+                &ioc,
+                null_mut(),
+                1,
+                s.me,
+                0x1000,
+                7,
+                FI_UINT32,
+                FI_SUM,
+                ctx,
+            )
+        };
+        assert_eq!(r, 0);
+        assert_eq!(s.calls(), vec![call]);
+        assert_eq!(s.read(), Ok((0x1234, FI_ATOMIC | FI_WRITE)));
+        let mut resv = fi_ioc {
+            addr: res.as_mut_ptr() as _,
+            count: 1,
+        };
+        // A read's operand list may be empty.
+        let r = unsafe {
+            (o.readwritev.unwrap())(
+                s.ep,
+                null(),
+                null_mut(),
+                0,
+                &mut resv,
+                null_mut(),
+                1,
+                s.me,
+                8,
+                9,
+                FI_UINT8,
+                FI_ATOMIC_READ,
+                ctx,
+            )
+        };
+        assert_eq!(r, 0);
+        assert_eq!(s.read(), Ok((0x1234, FI_ATOMIC | FI_READ)));
+        let cmp = fi_ioc {
+            addr: c.as_ptr() as _,
+            count: 1,
+        };
+        let mut m = msg;
+        m.op = FI_MSWAP;
+        assert_eq!(
+            unsafe {
+                (o.compwritemsg.unwrap())(
+                    s.ep,
+                    &m,
+                    &cmp,
+                    null_mut(),
+                    1,
+                    &mut resv,
+                    null_mut(),
+                    1,
+                    0,
+                )
+            },
+            0
+        );
+        let r = unsafe {
+            (o.readwritemsg.unwrap())(s.ep, &msg, &mut resv, null_mut(), 1, FI_COMPLETION)
+        };
+        assert_eq!(r, 0);
+        assert_eq!(s.read(), Ok((0x1234, FI_ATOMIC | FI_READ)));
+        assert_eq!(s.read(), Ok((0x1234, FI_ATOMIC | FI_READ)));
+        s.calls();
+        // fi_inject_atomic: never reported.
+        let r = unsafe {
+            (o.inject.unwrap())(s.ep, v.as_ptr() as _, 1, s.me, 0x1000, 7, FI_UINT32, FI_BOR)
+        };
+        assert_eq!(r, 0);
+        assert_eq!(s.calls().len(), 1);
+        assert_eq!(s.read(), Err(-(FI_EAGAIN as isize)));
+        // What is refused: more or fewer than one element, another family's op, floats,
+        // missing buffers, flags as fi_write refuses them, the backend's own refusal.
+        let w = |buf: *const u8, count, dt, op, key| unsafe {
+            (o.write.unwrap())(s.ep, buf as _, count, null_mut(), s.me, 0, key, dt, op, ctx)
+        };
+        assert_eq!(w(v.as_ptr(), 2, FI_UINT32, FI_SUM, 7), EINVAL);
+        assert_eq!(w(v.as_ptr(), 0, FI_UINT32, FI_SUM, 7), EINVAL);
+        assert_eq!(w(null(), 1, FI_UINT32, FI_SUM, 7), EINVAL);
+        assert_eq!(w(v.as_ptr(), 1, FI_FLOAT, FI_SUM, 7), EOPNOTSUPP);
+        assert_eq!(w(v.as_ptr(), 1, FI_UINT32, FI_ATOMIC_READ, 7), EOPNOTSUPP);
+        assert_eq!(w(v.as_ptr(), 1, FI_UINT32, FI_CSWAP, 7), EOPNOTSUPP);
+        assert_eq!(
+            w(v.as_ptr(), 1, FI_UINT32, FI_SUM, BAD_KEY),
+            -(FI_EACCES as isize)
+        );
+        let f = |op, result: *mut u8| unsafe {
+            (o.readwrite.unwrap())(
+                s.ep,
+                v.as_ptr() as _,
+                1,
+                null_mut(),
+                result as _,
+                null_mut(),
+                s.me,
+                0,
+                7,
+                FI_UINT32,
+                op,
+                ctx,
+            )
+        };
+        assert_eq!(f(FI_CSWAP, res.as_mut_ptr()), EOPNOTSUPP);
+        assert_eq!(f(FI_SUM, null_mut()), EINVAL);
+        let mut cw = |op, compare: *const u8| unsafe {
+            (o.compwrite.unwrap())(
+                s.ep,
+                v.as_ptr() as _,
+                1,
+                null_mut(),
+                compare as _,
+                null_mut(),
+                res.as_mut_ptr() as _,
+                null_mut(),
+                s.me,
+                0,
+                7,
+                FI_UINT32,
+                op,
+                ctx,
+            )
+        };
+        assert_eq!(cw(FI_SUM, c.as_ptr()), EOPNOTSUPP);
+        assert_eq!(cw(FI_CSWAP, null()), EINVAL);
+        for flags in [FI_REMOTE_CQ_DATA, FI_FENCE] {
+            let r = unsafe { (o.writemsg.unwrap())(s.ep, &msg, flags) };
+            assert_eq!(r, -(FI_EBADFLAGS as isize));
+        }
+        let mut bad = msg;
+        bad.rma_iov_count = 2;
+        assert_eq!(unsafe { (o.writemsg.unwrap())(s.ep, &bad, 0) }, EINVAL);
+        let rma2 = fi_rma_ioc { count: 2, ..rma };
+        bad.rma_iov_count = 1;
+        bad.rma_iov = &rma2;
+        assert_eq!(unsafe { (o.writemsg.unwrap())(s.ep, &bad, 0) }, EINVAL);
+        ioc.count = 2;
+        assert_eq!(
+            unsafe {
+                (o.writev.unwrap())(
+                    s.ep,
+                    &ioc,
+                    null_mut(),
+                    1,
+                    s.me,
+                    0,
+                    7,
+                    FI_UINT32,
+                    FI_SUM,
+                    ctx,
+                )
+            },
+            EINVAL
+        );
+        ioc.count = 1;
+        assert_eq!(
+            unsafe {
+                (o.writev.unwrap())(
+                    s.ep,
+                    &ioc,
+                    null_mut(),
+                    2,
+                    s.me,
+                    0,
+                    7,
+                    FI_UINT32,
+                    FI_SUM,
+                    ctx,
+                )
+            },
+            EINVAL
+        );
+        assert_eq!(
+            unsafe { (o.writemsg.unwrap())(null_mut(), &msg, 0) },
+            EINVAL
+        );
+        assert!(s.calls().is_empty(), "refused calls reached the backend");
+        assert_eq!(s.read(), Err(-(FI_EAGAIN as isize)));
+    }
+
+    #[test]
+    fn selective_completion_and_caps() {
+        let s = unsafe { setup(ATOMIC_CAPS, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION) };
+        let o = s.ops();
+        let v = 1u64.to_ne_bytes();
+        let ioc = fi_ioc {
+            addr: v.as_ptr() as _,
+            count: 1,
+        };
+        let rma = fi_rma_ioc {
+            addr: 0,
+            count: 1,
+            key: 7,
+        };
+        let msg = fi_msg_atomic {
+            msg_iov: &ioc,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: s.me,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            datatype: FI_UINT64,
+            op: FI_ATOMIC_WRITE,
+            context: 0x77 as *mut c_void,
+            data: 0,
+        };
+        assert_eq!(unsafe { (o.writemsg.unwrap())(s.ep, &msg, 0) }, 0);
+        assert_eq!(s.read(), Err(-(FI_EAGAIN as isize)));
+        assert_eq!(
+            unsafe { (o.writemsg.unwrap())(s.ep, &msg, FI_COMPLETION) },
+            0
+        );
+        assert_eq!(s.read(), Ok((0x77, FI_ATOMIC | FI_WRITE)));
+        assert_eq!(s.calls().len(), 2);
+        drop(s);
+        // An endpoint opened without FI_ATOMIC offers none.
+        let s = unsafe { setup(FI_MSG | FI_RMA, FI_TRANSMIT | FI_RECV) };
+        let o = s.ops();
+        let mut count = 0usize;
+        let valid = o.writevalid.unwrap();
+        assert_eq!(
+            unsafe { valid(s.ep, FI_UINT64, FI_SUM, &mut count) },
+            -FI_EOPNOTSUPP
+        );
+        assert_eq!(unsafe { (o.writemsg.unwrap())(s.ep, &msg, 0) }, EOPNOTSUPP);
+        assert!(s.calls().is_empty());
+    }
 }

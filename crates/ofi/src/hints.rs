@@ -37,25 +37,30 @@ pub const CAPS_SECONDARY: u64 = FI_SOURCE;
 /// Remote CQ data is an operation flag; support shows as `domain_attr->cq_data_size`. Hints
 /// that name it among the caps get it back; unasked, it is not listed (fabtests' getinfo_test
 /// counts it as an extra capability).
-pub const CAPS_ACCEPTED: u64 = FI_REMOTE_CQ_DATA | CAPS_RMA;
+pub const CAPS_ACCEPTED: u64 = FI_REMOTE_CQ_DATA | CAPS_RMA | CAPS_ATOMIC;
 /// Remote memory access (fi_read, fi_write; see mr.rs), given when asked for: a domain with
 /// it keeps a table of registrations with keys, where consumers that never use RMA register
 /// many regions under key 0 (which a table of requested keys would refuse).
 pub const CAPS_RMA: u64 = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-/// Registration modes an RMA domain asks of the application when it allows them: provider
-/// keys and virtual addresses (without them, its keys and offsets from a region's start).
+/// Atomics on one element of a peer's registered memory (fi_atomic(3); see ep.rs), given when
+/// asked for, as RMA is and on the same registrations.
+pub const CAPS_ATOMIC: u64 = FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+/// Registration modes an RMA (or atomic) domain asks of the application when it allows them:
+/// provider keys and virtual addresses (without them, its keys and offsets from a region's
+/// start).
 pub const RMA_MR_MODE: i32 = FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
-/// One remote range per fi_readmsg / fi_writemsg.
+/// One remote range per fi_readmsg / fi_writemsg, one remote element per fi_atomicmsg.
 pub const RMA_IOV_LIMIT: usize = 1;
 pub const CAPS: u64 = CAPS_PRIMARY | CAPS_SECONDARY;
 /// Domain-level caps (local/remote communication) belong to `info->caps` only.
-pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_READ | FI_WRITE;
+pub const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE;
 pub const RX_CAPS: u64 = FI_MSG
     | FI_TAGGED
     | FI_RECV
     | FI_DIRECTED_RECV
     | FI_SOURCE
     | FI_RMA
+    | FI_ATOMIC
     | FI_REMOTE_READ
     | FI_REMOTE_WRITE;
 /// Rx-only caps libfabric tolerates (ignores) in tx_attr->caps, and the reverse.
@@ -346,7 +351,10 @@ fn out_caps(h: u64) -> u64 {
     if c & (FI_LOCAL_COMM | FI_REMOTE_COMM) == 0 {
         c |= FI_LOCAL_COMM | FI_REMOTE_COMM;
     }
-    if c & FI_RMA != 0 && c & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) == 0 {
+    // FI_RMA / FI_ATOMIC without a direction means all four (as libfabric's ofi_get_caps).
+    if c & (FI_RMA | FI_ATOMIC) != 0
+        && c & (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) == 0
+    {
         c |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     }
     c
@@ -434,7 +442,8 @@ pub fn select(version: u32, hints: Option<&Info>) -> Result<Info, String> {
     out.caps = out_caps(h.caps);
     out.src_addr = h.src_addr.clone();
     out.dest_addr = h.dest_addr.clone();
-    let rma = out.caps & FI_RMA != 0;
+    // Atomics reach a peer's registrations as RMA does: the same remote ranges and modes.
+    let rma = out.caps & (FI_RMA | FI_ATOMIC) != 0;
     let otx = out.tx.as_mut().unwrap();
     otx.caps = out.caps & TX_CAPS;
     if rma {
@@ -782,9 +791,56 @@ mod tests {
     }
 
     #[test]
+    fn atomics_when_asked() {
+        // Not asked: not given.
+        let out = select(V, Some(&ompi())).unwrap();
+        assert_eq!(out.caps & FI_ATOMIC, 0);
+        assert_eq!(offer().caps & FI_ATOMIC, 0);
+        // fabtests' fi_rdm_atomic: FI_MSG | FI_ATOMIC. Every direction, on the sides they
+        // belong to; RMA's remote range limit and registration modes; no FI_RMA.
+        let mut h = ompi();
+        h.caps = FI_MSG | FI_ATOMIC;
+        h.domain.as_mut().unwrap().mr_mode =
+            FI_MR_LOCAL | FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+        let out = select(V, Some(&h)).unwrap();
+        assert_eq!(out.caps & (CAPS_ATOMIC | FI_RMA), CAPS_ATOMIC);
+        assert_eq!(
+            out.caps & CAPS_PRIMARY,
+            FI_MSG | FI_SEND | FI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM
+        );
+        let tx = out.tx.as_ref().unwrap();
+        assert_eq!(tx.caps & CAPS_ATOMIC, FI_ATOMIC | FI_READ | FI_WRITE);
+        assert_eq!(tx.rma_iov_limit, 1);
+        assert_eq!(
+            out.rx.as_ref().unwrap().caps & CAPS_ATOMIC,
+            FI_ATOMIC | FI_REMOTE_READ | FI_REMOTE_WRITE
+        );
+        assert_eq!(
+            out.domain.as_ref().unwrap().mr_mode,
+            FI_MR_VIRT_ADDR | FI_MR_PROV_KEY
+        );
+        // A direction named is kept as asked; with FI_RMA both come back.
+        let mut h = ompi();
+        h.caps |= FI_ATOMIC | FI_WRITE;
+        h.domain.as_mut().unwrap().mr_mode = FI_MR_LOCAL;
+        let out = select(V, Some(&h)).unwrap();
+        assert_eq!(out.caps & CAPS_ATOMIC, FI_ATOMIC | FI_WRITE);
+        assert_eq!(out.domain.as_ref().unwrap().mr_mode, 0);
+        let mut h = ompi();
+        h.caps |= FI_ATOMIC | FI_RMA;
+        let out = select(V, Some(&h)).unwrap();
+        assert_eq!(out.caps & (CAPS_ATOMIC | CAPS_RMA), CAPS_ATOMIC | CAPS_RMA);
+        // Asked on the sides.
+        let mut h = ompi();
+        h.caps |= FI_ATOMIC;
+        h.tx.as_mut().unwrap().caps = FI_TAGGED | FI_ATOMIC | FI_READ | FI_WRITE;
+        h.rx.as_mut().unwrap().caps = FI_TAGGED | FI_RECV | FI_ATOMIC | FI_REMOTE_WRITE;
+        assert!(select(V, Some(&h)).is_ok());
+    }
+
+    #[test]
     fn unsupported_caps_are_refused() {
         for c in [
-            FI_ATOMIC,
             FI_COLLECTIVE,
             FI_MULTICAST,
             FI_MULTI_RECV,
@@ -801,7 +857,7 @@ mod tests {
             assert!(refused(&h).contains("caps"), "{c:#x}");
         }
         let mut h = ompi();
-        h.tx.as_mut().unwrap().caps = FI_TAGGED | FI_ATOMIC;
+        h.tx.as_mut().unwrap().caps = FI_TAGGED | FI_COLLECTIVE;
         assert!(refused(&h).contains("tx caps"));
         let mut h = ompi();
         h.rx.as_mut().unwrap().caps = FI_TAGGED | FI_RECV | FI_MULTI_RECV;
@@ -840,11 +896,17 @@ mod tests {
     fn side_caps_never_exceed_the_info_caps() {
         let mut rma = ompi();
         rma.caps |= FI_RMA;
+        let mut atomic = ompi();
+        atomic.caps = FI_MSG | FI_ATOMIC;
+        let mut atomic_write = ompi();
+        atomic_write.caps |= FI_ATOMIC | FI_WRITE;
         for out in [
             offer(),
             select(V, None).unwrap(),
             select(V, Some(&ompi())).unwrap(),
             select(V, Some(&rma)).unwrap(),
+            select(V, Some(&atomic)).unwrap(),
+            select(V, Some(&atomic_write)).unwrap(),
         ] {
             let (tx, rx) = (out.tx.unwrap().caps, out.rx.unwrap().caps);
             assert_eq!(tx & !out.caps, 0, "tx caps {tx:#x} beyond {:#x}", out.caps);

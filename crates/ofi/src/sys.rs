@@ -428,8 +428,9 @@ pub struct fi_ops_domain {
             *mut c_void,
         ) -> c_int,
     >,
-    pub query_atomic:
-        Option<unsafe extern "C" fn(*mut fid_domain, c_int, c_int, *mut c_void, u64) -> c_int>,
+    pub query_atomic: Option<
+        unsafe extern "C" fn(*mut fid_domain, c_int, c_int, *mut fi_atomic_attr, u64) -> c_int,
+    >,
     pub query_collective:
         Option<unsafe extern "C" fn(*mut fid_domain, c_int, *mut c_void, u64) -> c_int>,
     pub endpoint2: Option<
@@ -833,6 +834,224 @@ pub struct fi_ops_rma {
     >,
 }
 
+// ---- atomics (fi_atomic.h; enum fi_datatype and enum fi_op are int-sized) ----
+pub const FI_INT8: c_int = 0;
+pub const FI_UINT8: c_int = 1;
+pub const FI_INT16: c_int = 2;
+pub const FI_UINT16: c_int = 3;
+pub const FI_INT32: c_int = 4;
+pub const FI_UINT32: c_int = 5;
+pub const FI_INT64: c_int = 6;
+pub const FI_UINT64: c_int = 7;
+pub const FI_FLOAT: c_int = 8;
+pub const FI_DOUBLE: c_int = 9;
+pub const FI_FLOAT_COMPLEX: c_int = 10;
+pub const FI_DOUBLE_COMPLEX: c_int = 11;
+pub const FI_LONG_DOUBLE: c_int = 12;
+pub const FI_LONG_DOUBLE_COMPLEX: c_int = 13;
+pub const FI_DATATYPE_LAST: c_int = 14;
+pub const FI_INT128: c_int = 14;
+pub const FI_UINT128: c_int = 15;
+
+pub const FI_MIN: c_int = 0;
+pub const FI_MAX: c_int = 1;
+pub const FI_SUM: c_int = 2;
+pub const FI_PROD: c_int = 3;
+pub const FI_LOR: c_int = 4;
+pub const FI_LAND: c_int = 5;
+pub const FI_BOR: c_int = 6;
+pub const FI_BAND: c_int = 7;
+pub const FI_LXOR: c_int = 8;
+pub const FI_BXOR: c_int = 9;
+pub const FI_ATOMIC_READ: c_int = 10;
+pub const FI_ATOMIC_WRITE: c_int = 11;
+pub const FI_CSWAP: c_int = 12;
+pub const FI_CSWAP_NE: c_int = 13;
+pub const FI_CSWAP_LE: c_int = 14;
+pub const FI_CSWAP_LT: c_int = 15;
+pub const FI_CSWAP_GE: c_int = 16;
+pub const FI_CSWAP_GT: c_int = 17;
+pub const FI_MSWAP: c_int = 18;
+pub const FI_ATOMIC_OP_LAST: c_int = 19;
+
+/// fi_query_atomic flags: the fetching and the compare family (neither: fi_atomic).
+pub const FI_FETCH_ATOMIC: u64 = 1 << 58;
+pub const FI_COMPARE_ATOMIC: u64 = 1 << 59;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct fi_ioc {
+    pub addr: *mut c_void,
+    pub count: size_t,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct fi_rma_ioc {
+    pub addr: u64,
+    pub count: size_t,
+    pub key: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct fi_msg_atomic {
+    pub msg_iov: *const fi_ioc,
+    pub desc: *mut *mut c_void,
+    pub iov_count: size_t,
+    pub addr: fi_addr_t,
+    pub rma_iov: *const fi_rma_ioc,
+    pub rma_iov_count: size_t,
+    pub datatype: c_int,
+    pub op: c_int,
+    pub context: *mut c_void,
+    pub data: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct fi_atomic_attr {
+    pub count: size_t,
+    pub size: size_t,
+}
+
+pub type AtomicValidFn = unsafe extern "C" fn(*mut fid_ep, c_int, c_int, *mut size_t) -> c_int;
+pub type AtomicWriteFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const c_void,
+    size_t,
+    *mut c_void,
+    fi_addr_t,
+    u64,
+    u64,
+    c_int,
+    c_int,
+    *mut c_void,
+) -> ssize_t;
+pub type AtomicWriteVFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const fi_ioc,
+    *mut *mut c_void,
+    size_t,
+    fi_addr_t,
+    u64,
+    u64,
+    c_int,
+    c_int,
+    *mut c_void,
+) -> ssize_t;
+pub type AtomicWriteMsgFn = unsafe extern "C" fn(*mut fid_ep, *const fi_msg_atomic, u64) -> ssize_t;
+pub type AtomicInjectFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const c_void,
+    size_t,
+    fi_addr_t,
+    u64,
+    u64,
+    c_int,
+    c_int,
+) -> ssize_t;
+pub type AtomicReadWriteFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const c_void,
+    size_t,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    fi_addr_t,
+    u64,
+    u64,
+    c_int,
+    c_int,
+    *mut c_void,
+) -> ssize_t;
+pub type AtomicReadWriteVFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const fi_ioc,
+    *mut *mut c_void,
+    size_t,
+    *mut fi_ioc,
+    *mut *mut c_void,
+    size_t,
+    fi_addr_t,
+    u64,
+    u64,
+    c_int,
+    c_int,
+    *mut c_void,
+) -> ssize_t;
+pub type AtomicReadWriteMsgFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const fi_msg_atomic,
+    *mut fi_ioc,
+    *mut *mut c_void,
+    size_t,
+    u64,
+) -> ssize_t;
+pub type AtomicCompWriteFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const c_void,
+    size_t,
+    *mut c_void,
+    *const c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    fi_addr_t,
+    u64,
+    u64,
+    c_int,
+    c_int,
+    *mut c_void,
+) -> ssize_t;
+pub type AtomicCompWriteVFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const fi_ioc,
+    *mut *mut c_void,
+    size_t,
+    *const fi_ioc,
+    *mut *mut c_void,
+    size_t,
+    *mut fi_ioc,
+    *mut *mut c_void,
+    size_t,
+    fi_addr_t,
+    u64,
+    u64,
+    c_int,
+    c_int,
+    *mut c_void,
+) -> ssize_t;
+pub type AtomicCompWriteMsgFn = unsafe extern "C" fn(
+    *mut fid_ep,
+    *const fi_msg_atomic,
+    *const fi_ioc,
+    *mut *mut c_void,
+    size_t,
+    *mut fi_ioc,
+    *mut *mut c_void,
+    size_t,
+    u64,
+) -> ssize_t;
+
+#[repr(C)]
+pub struct fi_ops_atomic {
+    pub size: size_t,
+    pub write: Option<AtomicWriteFn>,
+    pub writev: Option<AtomicWriteVFn>,
+    pub writemsg: Option<AtomicWriteMsgFn>,
+    pub inject: Option<AtomicInjectFn>,
+    pub readwrite: Option<AtomicReadWriteFn>,
+    pub readwritev: Option<AtomicReadWriteVFn>,
+    pub readwritemsg: Option<AtomicReadWriteMsgFn>,
+    pub compwrite: Option<AtomicCompWriteFn>,
+    pub compwritev: Option<AtomicCompWriteVFn>,
+    pub compwritemsg: Option<AtomicCompWriteMsgFn>,
+    pub writevalid: Option<AtomicValidFn>,
+    pub readwritevalid: Option<AtomicValidFn>,
+    pub compwritevalid: Option<AtomicValidFn>,
+}
+
 #[repr(C)]
 pub struct fi_ops_msg {
     pub size: size_t,
@@ -973,7 +1192,7 @@ pub struct fid_ep {
     pub msg: *mut fi_ops_msg,
     pub rma: *mut fi_ops_rma,
     pub tagged: *mut fi_ops_tagged,
-    pub atomic: *mut c_void,
+    pub atomic: *mut fi_ops_atomic,
     pub collective: *mut c_void,
 }
 

@@ -64,6 +64,12 @@ fn rust_bindings_match_the_installed_headers() {
         fi_rma_iov { addr, len, key }
         fi_msg_rma { msg_iov, desc, iov_count, addr, rma_iov, rma_iov_count, context, data }
         fi_ops_rma { size, read, readv, readmsg, write, writev, writemsg, inject, writedata, injectdata }
+        fi_ioc { addr, count }
+        fi_rma_ioc { addr, count, key }
+        fi_msg_atomic { msg_iov, desc, iov_count, addr, rma_iov, rma_iov_count, datatype, op, context, data }
+        fi_atomic_attr { count, size }
+        fi_ops_atomic { size, write, writev, writemsg, inject, readwrite, readwritev, readwritemsg, compwrite,
+            compwritev, compwritemsg, writevalid, readwritevalid, compwritevalid }
         fi_av_attr { type_ = type, rx_ctx_bits, count, ep_per_node, name, map_addr, flags }
         fi_ops_av { size, insert, insertsvc, insertsym, remove, lookup, straddr, av_set }
         fid_av { fid, ops }
@@ -121,6 +127,12 @@ fn rust_bindings_match_the_installed_headers() {
         FI_CQ_COND_NONE, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, FI_PARAM_STRING,
         FI_LOG_WARN, FI_LOG_INFO, FI_LOG_DEBUG, FI_LOG_CORE, FI_LOG_FABRIC, FI_LOG_DOMAIN, FI_LOG_EP_CTRL,
         FI_LOG_EP_DATA, FI_LOG_AV, FI_LOG_CQ,
+        FI_INT8, FI_UINT8, FI_INT16, FI_UINT16, FI_INT32, FI_UINT32, FI_INT64, FI_UINT64, FI_FLOAT, FI_DOUBLE,
+        FI_FLOAT_COMPLEX, FI_DOUBLE_COMPLEX, FI_LONG_DOUBLE, FI_LONG_DOUBLE_COMPLEX, FI_DATATYPE_LAST,
+        FI_INT128, FI_UINT128,
+        FI_MIN, FI_MAX, FI_SUM, FI_PROD, FI_LOR, FI_LAND, FI_BOR, FI_BAND, FI_LXOR, FI_BXOR, FI_ATOMIC_READ,
+        FI_ATOMIC_WRITE, FI_CSWAP, FI_CSWAP_NE, FI_CSWAP_LE, FI_CSWAP_LT, FI_CSWAP_GE, FI_CSWAP_GT, FI_MSWAP,
+        FI_ATOMIC_OP_LAST, FI_FETCH_ATOMIC, FI_COMPARE_ATOMIC,
     };
     expect.extend(rc);
     // A derived constant: the 1.0 error entry ends where err_data_size begins.
@@ -133,12 +145,18 @@ fn rust_bindings_match_the_installed_headers() {
     // fi_version() is a Rust fn: compare it with the macro.
     expect.insert("FI_VERSION(1,17)".into(), fi_version(1, 17) as u64);
     let extra2 = "P(\"FI_VERSION(1,17)\", FI_VERSION(1,17));\n";
+    // The atomic enums travel as c_int in sys.rs' signatures and fi_msg_atomic.
+    for e in ["fi_datatype", "fi_op"] {
+        expect.insert(format!("sizeof enum {e}"), size_of::<libc::c_int>() as u64);
+    }
+    let extra3 = "P(\"sizeof enum fi_datatype\", sizeof(enum fi_datatype));\n\
+                  P(\"sizeof enum fi_op\", sizeof(enum fi_op));\n";
 
     let src = format!(
         "#include <stdio.h>\n#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n\
          #include <rdma/fi_endpoint.h>\n#include <rdma/fi_tagged.h>\n#include <rdma/fi_cm.h>\n#include <rdma/fi_eq.h>\n\
-         #include <rdma/fi_errno.h>\n#include <rdma/fi_rma.h>\n#include <rdma/providers/fi_prov.h>\n#include <rdma/providers/fi_log.h>\n\
-         #define P(n, v) printf(\"%s=%llu\\n\", n, (unsigned long long)(v))\nint main(void) {{\n{sc}{cc_}{extra}{extra2}return 0;\n}}\n"
+         #include <rdma/fi_errno.h>\n#include <rdma/fi_rma.h>\n#include <rdma/fi_atomic.h>\n#include <rdma/providers/fi_prov.h>\n#include <rdma/providers/fi_log.h>\n\
+         #define P(n, v) printf(\"%s=%llu\\n\", n, (unsigned long long)(v))\nint main(void) {{\n{sc}{cc_}{extra}{extra2}{extra3}return 0;\n}}\n"
     );
     let dir = std::env::temp_dir().join(format!("hx-ofi-layout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
