@@ -1493,6 +1493,28 @@ impl Engine {
         quiet
     }
 
+    /// Nothing can happen here without a newcomer: no link at all, no connection being made
+    /// or accepted, nothing to write. Only a listener's backlog could change that (a driver
+    /// polling in a tight loop may look for it rarely).
+    pub fn lonely(&self) -> bool {
+        self.sockets.is_empty()
+            && self.polled.is_empty()
+            && !self.core.has_tx_work()
+            && !self.core.words_waiting()
+            && self.nothing_connecting()
+    }
+
+    /// No connection is being made or accepted (no handshake under way, none waiting in a
+    /// listener's backlog for a slot).
+    fn nothing_connecting(&self) -> bool {
+        !self.backlog_waiting
+            && !self.shm_backlog_waiting
+            && self.pending.iter().all(Option::is_none)
+            && self.connecting.iter().all(Option::is_none)
+            && self.shm_out.iter().all(Option::is_none)
+            && self.shm_in.iter().all(Option::is_none)
+    }
+
     /// Waits up to `timeout_ms` for events, handles them, and writes what can be written.
     /// Returns how many things happened (events, and reads on polled links).
     fn progress_once(&mut self, mut timeout_ms: i32) -> Result<usize, Error> {
@@ -1520,6 +1542,16 @@ impl Engine {
                 .iter()
                 .any(|&(p, r)| self.peers[p as usize].rails[r].blocked);
             if !blocked && !self.spins.is_multiple_of(16) {
+                work += self.flush_dirty();
+                return Ok(work);
+            }
+            // Nothing connected and nothing being connected: only a listener waits, for a
+            // newcomer that can wait a little. Open MPI's ob1 with btl/ofi in its RDMA modes
+            // polls the provider in every progress loop, vader's too: every 256th round looks.
+            if self.sockets.is_empty()
+                && !self.spins.is_multiple_of(256)
+                && self.nothing_connecting()
+            {
                 work += self.flush_dirty();
                 return Ok(work);
             }

@@ -338,6 +338,13 @@ pub trait Backend: Send {
     fn idle_reads(&mut self, n: u32) {
         let _ = n;
     }
+    /// After a [`poll_express`](Self::poll_express) that found nothing: how many of the next
+    /// idle polls may answer nothing without asking (the backend has nobody to hear from and
+    /// nothing to do but look for a newcomer now and then), taken: the domain counts them down
+    /// itself, and anything else it is asked to do ends them.
+    fn take_lonely_polls(&mut self) -> u32 {
+        0
+    }
     /// Readable when progress() may have something to do; after progress() found nothing, it is safe to sleep in poll() on it.
     fn wait_fd(&self) -> i32;
     /// Largest message.

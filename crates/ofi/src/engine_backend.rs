@@ -102,9 +102,14 @@ enum Look {
 const PARKED_FULL_ROUND: u32 = 64;
 const PARKED_SOCKET_INTERVAL: Duration = Duration::from_micros(100);
 
+/// Of the idle polls of a lonely engine, one in this many makes a round.
+const LONELY_POLLS: u32 = 256;
+
 pub struct EngineBackend {
     /// Taken at drop, to close in order.
     engine: Option<Engine>,
+    /// Idle polls left that skip their round ([`lonely_skip`](Self::lonely_skip)).
+    lonely_polls: u32,
     /// fi endpoint k uses engine endpoints 2k (tagged) and 2k+1 (untagged).
     next_ep: u16,
     peers: Vec<(Rank, u16)>,
@@ -254,7 +259,23 @@ impl EngineBackend {
     fn eng_mut(&mut self) -> &mut Engine {
         self.watch_op = None;
         self.possible = None;
+        self.lonely_polls = 0;
         self.engine.as_mut().expect("engine present until drop")
+    }
+
+    /// May this idle poll skip its round? While the engine is [`lonely`](Engine::lonely)
+    /// (Open MPI's btl/ofi in its RDMA modes beside vader on one host: polled in every
+    /// progress loop, nobody ever talks to it), only one poll in [`LONELY_POLLS`] makes a round
+    /// (to accept a newcomer) and the others are a few instructions.
+    fn lonely_skip(&mut self) -> bool {
+        if self.lonely_polls > 0 {
+            self.lonely_polls -= 1;
+            return true;
+        }
+        if self.eng().lonely() {
+            self.lonely_polls = LONELY_POLLS - 1;
+        }
+        false
     }
 
     pub fn new(cfg: &BackendConfig) -> Result<EngineBackend, BackendError> {
@@ -290,6 +311,7 @@ impl EngineBackend {
             sockets_polled: Instant::now(),
             watch_op: None,
             possible: None,
+            lonely_polls: 0,
             watch: Vec::new(),
             watch_logged: false,
             renamed: HashMap::default(),
@@ -959,11 +981,16 @@ impl Backend for EngineBackend {
                 }
             }
         };
+        // A round keeps the lonely count (rounds are what it spares), unless it found company.
+        let lonely = self.lonely_polls;
         let r = match owed {
             Owed::Nothing => return self.collect(out),
             Owed::Round => self.eng_mut().progress_polled(),
             Owed::FullRound => self.eng_mut().progress_polled_everything(),
         };
+        if lonely > 0 && self.eng().lonely() {
+            self.lonely_polls = lonely;
+        }
         r.map_err(|e| err(FI_EIO, e))?;
         if !self.parked_still_possible() {
             // A message queued on its endpoint, or its peer failed: the engine decides.
@@ -985,6 +1012,9 @@ impl Backend for EngineBackend {
     }
 
     fn poll_express(&mut self, room: usize, out: &mut Vec<Served>) -> Polled {
+        if self.owed.is_none() && self.idle() && self.lonely_skip() {
+            return Polled::Nothing;
+        }
         if self.parked.is_empty() || self.owed.is_some() || !self.idle() || room == 0 {
             return Polled::Progress;
         }
@@ -996,6 +1026,10 @@ impl Backend for EngineBackend {
                 Polled::Progress
             }
         }
+    }
+
+    fn take_lonely_polls(&mut self) -> u32 {
+        std::mem::take(&mut self.lonely_polls)
     }
 
     fn idle_reads(&mut self, n: u32) {
