@@ -4,8 +4,9 @@
 #     FABTESTS_BIN points at an installed copy) on this host, and between two testbed hosts;
 #  2. Open MPI 4.1 (pml cm, mtl ofi, provider hxcomm): tests/mpi/correctness.c and
 #     correctness.py on this host (4 ranks) and on 2 and 4 testbed hosts; correctness.c
-#     once more under pml ob1 with btl ofi in its two-sided mode (delivery-complete sends), on
-#     this host and between two testbed hosts;
+#     once more under pml ob1 with btl ofi in its two-sided mode (delivery-complete sends)
+#     and in its RDMA mode (fi_read, atomics; with vader between ranks of a host), on this
+#     host and between two testbed hosts;
 #  3. 64 ranks on this host over 4 loopback TCP rails: an all-to-all right after MPI_Init.
 # Needs root (network namespaces), libfabric-dev/-bin, openmpi-bin/libopenmpi-dev,
 # python3-mpi4py, autoconf/automake/libtool. Prints each stage's time.
@@ -70,6 +71,12 @@ OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,ofi OMPI_MCA_btl_ofi_mode=1 OMPI_MCA_btl_ofi_
   HXMPI_PROGRAMS=c tests/mpi/run-local.sh "$out/ob1" 4
 echo "stage time $((SECONDS - t)) s"
 
+stage "Open MPI's ob1 over btl/ofi with RDMA (mode 2: large messages by fi_read, atomics) + hxcomm on one host (4 ranks)"
+t=$SECONDS
+OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,ofi OMPI_MCA_btl_ofi_mode=2 OMPI_MCA_btl_ofi_provider_include=hxcomm \
+  HXMPI_PROGRAMS=c tests/mpi/run-local.sh "$out/ob1rdma" 4
+echo "stage time $((SECONDS - t)) s"
+
 # Open MPI's launcher (orted started through the rsh agent) now and then fails to wire up its
 # daemons on the testbed before any rank starts ("ORTE does not know how to route a message",
 # also seen with Open MPI's own transports): that, and only that, is retried once, visibly.
@@ -118,6 +125,21 @@ ob1=(-np 2 --host "${tb}0,${tb}1" --map-by node --bind-to none
   -x FI_PROVIDER_PATH)
 mpirun_testbed "$out/testbed-ob1-c.log" "${ob1[@]}" "$out/correctness"
 mpirun_testbed "$out/testbed-ob1-bibw.log" "${ob1[@]}" -x MPI_OSU_VALIDATE=1 "$out/mpi_osu" \
+  bibw:4194304:4:1:64 bw:4194304:4:1:64
+echo "stage time $((SECONDS - t)) s"
+
+stage "Open MPI's ob1 with vader and btl/ofi mode 2 (RDMA) + hxcomm, 2 ranks on each of 2 testbed hosts"
+t=$SECONDS
+# A host's pairs through vader, the others through hxcomm: large messages as one fi_read of
+# the sender's buffer (RGET), striped over the rails, every byte checked.
+ob1rdma=(-np 4 --host "${tb}0:2,${tb}1:2" --map-by node --bind-to none
+  --mca plm_rsh_agent "$root/bench/netns-rsh" --mca oob_tcp_if_include "$mgmt"
+  --mca pml ob1 --mca btl self,vader,ofi --mca btl_ofi_mode 2 --mca btl_ofi_provider_include hxcomm
+  -x FI_PROVIDER_PATH)
+mpirun_testbed "$out/testbed-ob1rdma-c.log" "${ob1rdma[@]}" "$out/correctness"
+ob1rdma[1]=2
+ob1rdma[3]="${tb}0,${tb}1"
+mpirun_testbed "$out/testbed-ob1rdma-bibw.log" "${ob1rdma[@]}" -x MPI_OSU_VALIDATE=1 "$out/mpi_osu" \
   bibw:4194304:4:1:64 bw:4194304:4:1:64
 echo "stage time $((SECONDS - t)) s"
 

@@ -1502,6 +1502,11 @@ impl Engine {
             && !self.core.has_tx_work()
             && !self.core.words_waiting()
             && self.nothing_connecting()
+            // A peer we have something for: its rails are retried and it is given up on in
+            // rounds, on time.
+            && self.peers.iter().enumerate().all(|(i, p)| {
+                !p.wanted || self.core.peer_failed(i as Rank).is_some()
+            })
     }
 
     /// No connection is being made or accepted (no handshake under way, none waiting in a
@@ -1548,10 +1553,7 @@ impl Engine {
             // Nothing connected and nothing being connected: only a listener waits, for a
             // newcomer that can wait a little. Open MPI's ob1 with btl/ofi in its RDMA modes
             // polls the provider in every progress loop, vader's too: every 256th round looks.
-            if self.sockets.is_empty()
-                && !self.spins.is_multiple_of(256)
-                && self.nothing_connecting()
-            {
+            if !self.spins.is_multiple_of(256) && self.lonely() {
                 work += self.flush_dirty();
                 return Ok(work);
             }
