@@ -1550,13 +1550,6 @@ impl Engine {
                 work += self.flush_dirty();
                 return Ok(work);
             }
-            // Nothing connected and nothing being connected: only a listener waits, for a
-            // newcomer that can wait a little. Open MPI's ob1 with btl/ofi in its RDMA modes
-            // polls the provider in every progress loop, vader's too: every 256th round looks.
-            if !self.spins.is_multiple_of(256) && self.lonely() {
-                work += self.flush_dirty();
-                return Ok(work);
-            }
         }
         if !self.polled.is_empty() {
             // Shared memory moves without syscalls: look at it every round, and before

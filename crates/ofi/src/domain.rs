@@ -231,9 +231,12 @@ impl<T> SerialLock<T> {
     pub fn lock(&self) -> SerialGuard<'_, T> {
         self.lonely.store(0, Ordering::Relaxed);
         if !self.serial {
+            let held = lock(&self.mutex);
+            // Again once held: a holder we waited for may have set it meanwhile.
+            self.lonely.store(0, Ordering::Relaxed);
             return SerialGuard {
                 lock: self,
-                _held: Some(lock(&self.mutex)),
+                _held: Some(held),
             };
         }
         if self.busy.load(Ordering::Acquire) {

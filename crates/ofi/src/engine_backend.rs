@@ -21,7 +21,9 @@ use crate::backend::{
     Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, Polled, SendBuf, SendTo,
     Served, NAME_LEN,
 };
-use crate::sys::{FI_EACCES, FI_EINVAL, FI_EIO, FI_ENODATA, FI_ENOENT, FI_ENOSPC, FI_ETRUNC};
+use crate::sys::{
+    FI_EACCES, FI_EAGAIN, FI_EINVAL, FI_EIO, FI_ENODATA, FI_ENOENT, FI_ENOSPC, FI_ETRUNC,
+};
 
 /// Largest message the engine carries (the protocol counts length in 16-byte units of a u32).
 pub const ENGINE_MAX_MSG: usize = u32::MAX as usize * 16;
@@ -274,6 +276,9 @@ impl EngineBackend {
         }
         if self.eng().lonely() {
             self.lonely_polls = LONELY_POLLS - 1;
+            // This poll's round looks at epoll (a spinning round does only now and then),
+            // where a newcomer waits: one is accepted within LONELY_POLLS polls.
+            self.owed = Some(Owed::FullRound);
         }
         false
     }
@@ -588,12 +593,11 @@ impl Regions<EngineBuf> for EngineRegions {
         compare: u64,
     ) -> Result<u64, RmaRefusal> {
         let width = ty.width();
-        let access = if op.writes() {
-            Access::Write
-        } else {
-            Access::Read
-        };
-        let ptr = self.0.find(key, addr, width, access)?;
+        // The old value goes back to the peer: read access always, write access to change it.
+        let ptr = self.0.find(key, addr, width, Access::Read)?;
+        if op.writes() {
+            self.0.find(key, addr, width, Access::Write)?;
+        }
         if !(ptr as usize).is_multiple_of(width) {
             return Err(RmaRefusal::Unsupported);
         }
@@ -803,7 +807,10 @@ impl Backend for EngineBackend {
         let req = self
             .eng_mut()
             .iatomic(rank, key, addr, op, ty, operand, compare, result)
-            .map_err(|e| err(FI_EINVAL, e))?;
+            .map_err(|e| match e {
+                hx_engine::Error::Protocol(hx_engine::ProtoError::Busy(_)) => err(FI_EAGAIN, e),
+                e => err(FI_EINVAL, e),
+            })?;
         Ok(self.track(req, send_op(req, ep)))
     }
 

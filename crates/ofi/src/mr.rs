@@ -102,11 +102,15 @@ impl RegionTable {
         let mut off = addr;
         for &(base, plen) in &r.pieces {
             let plen = plen as u64;
+            if plen == 0 {
+                continue;
+            }
             if self.virt_addr {
-                if addr >= base && addr.checked_add(len).is_some_and(|e| e <= base + plen) {
+                let end = base.saturating_add(plen);
+                if addr >= base && addr.checked_add(len).is_some_and(|e| e <= end) {
                     return Ok(addr as *mut u8);
                 }
-            } else if off < plen || (plen == 0 && off == 0) {
+            } else if off < plen {
                 return if off.checked_add(len).is_some_and(|e| e <= plen) {
                     Ok((base + off) as *mut u8)
                 } else {
@@ -180,6 +184,9 @@ mod tests {
         // Across the two pieces: not one piece of memory.
         assert_eq!(t.find(7, 90, 20, Access::Read), Err(RmaRefusal::OutOfRange));
         assert_eq!(t.find(7, 150, 1, Access::Read), Err(RmaRefusal::OutOfRange));
+        // An empty piece takes no offsets.
+        assert_eq!(t.register(&[(0x3000, 0), (0x4000, 8)], RW, 8), Ok(8));
+        assert_eq!(t.find(8, 0, 8, Access::Read), Ok(0x4000 as *mut u8));
         t.deregister(7);
         assert_eq!(t.register(&[(0x2000, 1)], RW, 7), Ok(7), "free again");
     }

@@ -268,6 +268,9 @@ pub(crate) struct Peer {
     pub atomic_next: u64,
     /// What we answered to the peer's atomics that it may not have heard yet, by id.
     pub answers: BTreeMap<u64, Result<u64, crate::RmaRefusal>>,
+    /// The highest lowest-unanswered id the peer has sent with its atomics: below it, it has
+    /// every answer.
+    pub atomic_floor: u64,
     /// Rendezvous receives (by seq) whose buffer was offered for a direct copy: only these may
     /// be completed by a FIN.
     pub direct_granted: HashSet<u64>,
@@ -327,6 +330,7 @@ impl Peer {
             atomics: BTreeMap::new(),
             atomic_next: 0,
             answers: BTreeMap::new(),
+            atomic_floor: 0,
             direct_granted: HashSet::new(),
             pull_q: VecDeque::new(),
             rr_next: 0,

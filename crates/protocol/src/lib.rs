@@ -153,6 +153,8 @@ pub enum ProtoError {
     PeerFailed { peer: Rank, reason: String },
     /// A caller error (bad rank, reserved tag, unknown request).
     Invalid(String),
+    /// Too much is outstanding: try again once some of it completed.
+    Busy(String),
     /// The peer refused a remote memory access (a read or write of one of its regions).
     Refused {
         peer: Rank,
@@ -178,7 +180,7 @@ impl fmt::Display for ProtoError {
                 "protocol violation by rank {peer} on rail {rail} (seq {seq}): {what}"
             ),
             ProtoError::PeerFailed { peer, reason } => write!(f, "rank {peer} failed: {reason}"),
-            ProtoError::Invalid(s) => f.write_str(s),
+            ProtoError::Invalid(s) | ProtoError::Busy(s) => f.write_str(s),
             ProtoError::Refused {
                 peer,
                 key,

@@ -536,6 +536,13 @@ impl<B: Buffer> Core<B> {
             return Ok(req);
         }
         let p = &mut self.peers[peer as usize];
+        if p.atomics.len() >= MAX_ANSWERS {
+            // The target keeps an answer per atomic we have not heard back about.
+            self.reqs.remove(req);
+            return Err(ProtoError::Busy(format!(
+                "{MAX_ANSWERS} atomics to rank {peer} are waiting for their answers"
+            )));
+        }
         let id = p.atomic_next;
         p.atomic_next += 1;
         p.atomics.insert(id, AtomicWait { req, key, width });
@@ -559,14 +566,15 @@ impl<B: Buffer> Core<B> {
     /// from what was answered, if it comes a second time after a rail failure).
     pub(crate) fn atomic_arrived(&mut self, peer: Rank, a: AtomicArrival, operands: [u8; 16]) {
         let p = &mut self.peers[peer as usize];
-        // The initiator has the answers below its lowest unanswered id.
-        if p.answers
-            .first_key_value()
-            .is_some_and(|(&k, _)| k < a.lowest)
-        {
-            p.answers = p.answers.split_off(&a.lowest);
+        // The initiator has the answers below the highest "lowest unanswered id" it has sent
+        // (a frame resent after a rail failure carries the lower one it was first sent with:
+        // its own id may be answered and forgotten here since).
+        p.atomic_floor = p.atomic_floor.max(a.lowest);
+        let floor = p.atomic_floor;
+        if p.answers.first_key_value().is_some_and(|(&k, _)| k < floor) {
+            p.answers = p.answers.split_off(&floor);
         }
-        if a.id < a.lowest {
+        if a.id < floor {
             return;
         }
         let got = match p.answers.get(&a.id) {
@@ -583,7 +591,9 @@ impl<B: Buffer> Core<B> {
                 };
                 let p = &mut self.peers[peer as usize];
                 if p.answers.len() >= MAX_ANSWERS {
-                    p.answers.pop_first();
+                    // Only a peer that broke its limit (see `atomic`) gets here: forgetting an
+                    // answer could apply an atomic twice, so this one is not answered.
+                    return;
                 }
                 p.answers.insert(a.id, got);
                 got
@@ -644,7 +654,9 @@ impl<B: Buffer> Core<B> {
     }
 
     /// A write of ours that the target refused (its Cts said so).
-    pub(crate) fn write_refused(&mut self, peer: Rank, req: ReqId, code: u64) {
+    pub(crate) fn write_refused(&mut self, peer: Rank, seq: u64, req: ReqId, code: u64) {
+        // A write over a lossless link waited for the target's word too.
+        self.peers[peer as usize].delivery_wait.remove(&seq);
         let (key, len) = match self.reqs.get_mut(req) {
             Some(Request {
                 kind: ReqKind::Send(s),
@@ -883,6 +895,38 @@ mod tests {
         c.inject(0, 1, 0, &bytes);
         c.run_until(100_000, |_| false).unwrap();
         assert!(*mem.lock().unwrap() == before);
+    }
+
+    #[test]
+    fn an_atomic_resent_after_its_answer_was_forgotten_is_not_applied_again() {
+        let (mut c, mem) = pair();
+        // No acknowledgements of the frames made up here.
+        c.enable_lossless();
+        let atomic = |id: u64, lowest: u64| {
+            let mut h = FrameHeader::new(FrameKind::Atomic);
+            h.seq = id;
+            h.src_ep = AtomicOp::Sum.code();
+            h.dst_ep = AtomicType::U64.code();
+            h.tag = 7;
+            h.data = 64;
+            h.value = lowest;
+            h.payload_len = 16;
+            let mut b = h.to_bytes().to_vec();
+            b.extend_from_slice(&1u64.to_le_bytes());
+            b.extend_from_slice(&0u64.to_le_bytes());
+            b
+        };
+        let counter = |m: &std::sync::Mutex<Vec<u8>>| {
+            u64::from_le_bytes(m.lock().unwrap()[64..72].try_into().unwrap())
+        };
+        let before = counter(&mem);
+        // Atomic 5 applied; the initiator heard back and sent 6, saying it waits for nothing
+        // below 6; then 5 comes again (resent from a broken rail, with its old "lowest").
+        for frame in [atomic(5, 5), atomic(6, 6), atomic(5, 5), atomic(6, 5)] {
+            c.inject(0, 1, 0, &frame);
+            c.run_until(100_000, |_| false).unwrap();
+        }
+        assert_eq!(counter(&mem), before + 2, "each applied once");
     }
 
     #[test]

@@ -549,7 +549,7 @@ impl<B: Buffer> Core<B> {
                 let p = &mut self.peers[peer as usize];
                 match p.wait_cts.remove(&h.seq) {
                     Some(req) if h.flags & hx_wire::FLAG_REFUSED != 0 => {
-                        self.write_refused(peer, req, h.data)
+                        self.write_refused(peer, h.seq, req, h.data)
                     }
                     Some(req) => self.start_data(peer, req, h),
                     // A resent CTS for data already under way.
