@@ -335,10 +335,16 @@ impl<B: Buffer> Core<B> {
         let r = self.reqs.get_mut(req).expect("just made");
         let len = r.buf.as_slice().len();
         let mut mem = regions.resolve(key, addr, len, access)?;
+        // Through a copy: the local buffer may lie inside the region (a shifted copy within
+        // one window), and two views of overlapping memory must not be alive at once.
         match access {
-            Access::Read => r.buf.as_mut_slice().copy_from_slice(mem.as_slice()),
+            Access::Read => {
+                let bytes = mem.as_slice().to_vec();
+                r.buf.as_mut_slice().copy_from_slice(&bytes);
+            }
             Access::Write => {
-                mem.as_mut_slice().copy_from_slice(r.buf.as_slice());
+                let bytes = r.buf.as_slice().to_vec();
+                mem.as_mut_slice().copy_from_slice(&bytes);
                 regions.placed(key, addr, mem);
             }
         }
