@@ -34,4 +34,8 @@ impl Buffer for EngineBuf {
     fn empty() -> Self {
         EngineBuf::Owned(Vec::new())
     }
+
+    fn owned(bytes: Vec<u8>) -> Self {
+        EngineBuf::Owned(bytes)
+    }
 }

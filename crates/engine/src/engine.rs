@@ -728,6 +728,12 @@ impl Engine {
         self.core.set_regions(regions);
     }
 
+    /// Stops lending region `key` ([`hx_protocol::Core::release_region`]): peers' accesses
+    /// to it under way no longer touch its memory. Returns how many there were.
+    pub fn release_region(&mut self, key: u64) -> usize {
+        self.core.release_region(key)
+    }
+
     /// Starts reading `buf.len()` bytes at `addr` of `peer`'s region `key` into `buf` (remote
     /// memory access; the peer must lend memory, see [`set_regions`](Self::set_regions)).
     ///

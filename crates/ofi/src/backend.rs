@@ -194,6 +194,11 @@ pub trait Backend: Send {
             "remote memory access is not supported by this backend",
         ))
     }
+    /// Region `key` is being closed (its memory may be freed next): peers' accesses to it
+    /// still under way must stop touching it.
+    fn release_region(&mut self, key: u64) {
+        let _ = key;
+    }
     /// fi_read: `len` bytes at `addr` of `peer`'s region `key` into `ptr`; completes once all
     /// of them are there.
     ///

@@ -896,8 +896,13 @@ unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
     }
     ret_int(|| {
         let m = Box::from_raw(f as *mut MrObj);
-        if let (Some(key), Some(t)) = (m.key, &(*m.domain).regions) {
+        let dom = &*m.domain;
+        if let (Some(key), Some(t)) = (m.key, &dom.regions) {
+            // Under the domain's state, where peers' accesses are resolved and served: none
+            // finds the region after this, and those under way let go of its memory.
+            let mut st = dom.d.state.lock();
             t.deregister(key);
+            st.backend.release_region(key);
         }
         (&*m.domain).children.fetch_sub(1, Ordering::AcqRel);
         Ok(0)

@@ -751,6 +751,13 @@ impl Backend for EngineBackend {
         Ok(())
     }
 
+    fn release_region(&mut self, key: u64) {
+        let n = self.eng_mut().release_region(key);
+        if n > 0 {
+            tracing::debug!("hxcomm: region {key:#x} closed with {n} peer accesses under way");
+        }
+    }
+
     unsafe fn read(
         &mut self,
         ep: u16,

@@ -7,6 +7,8 @@ pub trait Buffer {
     fn as_mut_slice(&mut self) -> &mut [u8];
     /// A buffer of no bytes (receives that drop what they match).
     fn empty() -> Self;
+    /// A buffer that owns these bytes (a copy to finish on when the caller's memory goes).
+    fn owned(bytes: Vec<u8>) -> Self;
 }
 
 impl Buffer for Vec<u8> {
@@ -18,5 +20,8 @@ impl Buffer for Vec<u8> {
     }
     fn empty() -> Self {
         Vec::new()
+    }
+    fn owned(bytes: Vec<u8>) -> Self {
+        bytes
     }
 }

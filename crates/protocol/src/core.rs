@@ -33,6 +33,8 @@ pub(crate) struct SendState {
     /// For its status, whichever way it completes.
     pub src_ep: EpId,
     pub tag: u64,
+    /// The answer to a peer's read of our region with this key (see `rma.rs`).
+    pub region: Option<u64>,
 }
 
 /// Where an eager send that waits for the receiver's word (a delivery-complete send) stands:
@@ -624,6 +626,7 @@ impl<B: Buffer> Core<B> {
                 delivery: Delivery::NotAsked,
                 src_ep,
                 tag,
+                region: None,
             }),
             completion: Completion::Pending,
         });

@@ -235,6 +235,7 @@ impl<B: Buffer> Core<B> {
                 delivery: Delivery::NotAsked,
                 src_ep: 0,
                 tag: key,
+                region: None,
             }),
             Access::Read => ReqKind::Recv(crate::core::RecvState {
                 ep: 0,
@@ -448,6 +449,7 @@ impl<B: Buffer> Core<B> {
                                 delivery: Delivery::NotAsked,
                                 src_ep: 0,
                                 tag: a.tag,
+                                region: Some(a.tag),
                             }),
                             completion: Completion::Pending,
                         });
@@ -521,6 +523,7 @@ impl<B: Buffer> Core<B> {
                 delivery: Delivery::NotAsked,
                 src_ep: 0,
                 tag: key,
+                region: None,
             }),
             completion: Completion::Pending,
         });
@@ -657,6 +660,34 @@ impl<B: Buffer> Core<B> {
             }),
         };
         self.complete(w.req, c);
+    }
+
+    /// The driver no longer lends region `key` (its registration is closed; the memory may be
+    /// freed next). Peers' accesses to it still under way stop touching it: a read's answer
+    /// finishes on a copy of the bytes, a write's remaining data is received and dropped (it
+    /// completes for the writer, as a write racing a close may). A direct copy the peer was
+    /// offered into it cannot be called back. Returns how many accesses were cut loose.
+    pub fn release_region(&mut self, key: u64) -> usize {
+        let mut n = 0;
+        for (_, r) in self.reqs.iter_mut() {
+            if r.completion != Completion::Pending {
+                continue;
+            }
+            match &mut r.kind {
+                ReqKind::Send(s) if s.region == Some(key) => {
+                    s.region = None;
+                    r.buf = B::owned(r.buf.as_slice().to_vec());
+                    n += 1;
+                }
+                ReqKind::Recv(rv) if rv.rma_write.is_some_and(|(k, _)| k == key) => {
+                    rv.rma_write = None;
+                    r.buf = B::owned(vec![0; r.buf.as_slice().len()]);
+                    n += 1;
+                }
+                _ => {}
+            }
+        }
+        n
     }
 
     /// A write of ours that the target refused (its Cts said so).
@@ -933,6 +964,25 @@ mod tests {
             c.run_until(100_000, |_| false).unwrap();
         }
         assert_eq!(counter(&mem), before + 2, "each applied once");
+    }
+
+    #[test]
+    fn a_region_released_mid_access_is_not_touched_again() {
+        let (mut c, mem) = pair();
+        let before = mem.lock().unwrap().clone();
+        let r = c.cores[0].read(1, 7, 0, vec![0; 600_000]).unwrap();
+        let w = c.cores[0].write(1, 7, 0, vec![9; 600_000]).unwrap();
+        for _ in 0..40 {
+            c.step().unwrap();
+        }
+        assert!(c.cores[1].release_region(7) > 0, "accesses under way");
+        // The read finishes on what the region held; the write completes, nothing placed.
+        let (done, got) = finish(&mut c, r);
+        assert!(matches!(done, Completion::Done(_)));
+        assert_eq!(got[..], before[..600_000]);
+        assert!(matches!(finish(&mut c, w).0, Completion::Done(_)));
+        assert!(*mem.lock().unwrap() == before);
+        assert_eq!(c.cores[1].live_requests(), 0);
     }
 
     #[test]

@@ -269,6 +269,7 @@ impl<B: Buffer> Core<B> {
                 delivery: crate::core::Delivery::NotAsked,
                 src_ep,
                 tag,
+                region: None,
             }),
             completion: Completion::Pending,
         });
