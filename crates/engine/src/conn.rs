@@ -423,7 +423,17 @@ impl Engine {
                     ) {
                         Ok(h) => h,
                         Err(e) => {
-                            self.connect_failed(slot, &e.to_string(), false);
+                            // Another release will not change its mind: give the rail up.
+                            let permanent = e.kind() == ErrorKind::Unsupported;
+                            if permanent {
+                                let (peer, rail) = (c.peer, c.rail);
+                                warn!(
+                                    "hxcomm {}: rail {rail} to {}: {e}",
+                                    self.whoami(),
+                                    self.who(peer)
+                                );
+                            }
+                            self.connect_failed(slot, &e.to_string(), permanent);
                             return;
                         }
                     };

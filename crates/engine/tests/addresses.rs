@@ -283,3 +283,38 @@ fn a_peer_that_never_answers_fails_after_the_rank_timeout() {
         "failed after {took:?}: the rank timeout did not count from the first attempt"
     );
 }
+
+/// A peer built from another release (here: what version 1 says when it accepts a rail) is given
+/// up at once, by name, not retried until a timeout and never sent a frame it would misread.
+#[test]
+fn a_peer_of_another_release_is_refused_by_name() {
+    use std::io::{Read, Write};
+    let old = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = old.local_addr().unwrap().port();
+    let acceptor = std::thread::spawn(move || {
+        let (mut s, _) = old.accept().unwrap();
+        let mut challenge = *b"HXC1................";
+        challenge[4..].fill(7);
+        s.write_all(&challenge).unwrap();
+        // Whatever comes back, until the connector hangs up: nothing but a hello may.
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        got
+    });
+    let mut s = settings(false, 1);
+    s.rank_timeout = Duration::from_secs(30);
+    let mut e = Engine::open(s, SECRET, None).unwrap();
+    e.open_endpoint(1).unwrap();
+    let mut theirs = hx_wire::Address::parse(&e.address(1)).unwrap();
+    theirs.port = port;
+    theirs.instance ^= 0x5555;
+    theirs.flags = 0;
+    let (p, _) = e.insert(&theirs.to_bytes()).unwrap();
+    let t = std::time::Instant::now();
+    let err = e.send(1, p, 1, 1, b"hello?").unwrap_err().to_string();
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(err.contains("another hxcomm release"), "{err}");
+    assert!(err.contains("protocol version 1"), "{err}");
+    drop(e);
+    assert!(acceptor.join().unwrap().is_empty(), "sent bytes to it");
+}

@@ -81,6 +81,9 @@ pub(crate) struct Unexp {
     /// Immediate data the sender attached.
     pub data: Option<u64>,
     pub body: Body,
+    /// An eager answer to a read of ours (`tag` the read's sequence number): it goes into that
+    /// read, never to a receive.
+    pub read_answer: bool,
 }
 
 pub(crate) enum Body {
@@ -660,14 +663,7 @@ impl<B: Buffer> Core<B> {
             h.data = d;
         }
         let rail = self.pick_rail_for(peer, len);
-        let p = &mut self.peers[peer as usize];
-        let cost = len as u64 + crate::EAGER_OVERHEAD;
-        let eager = len <= self.cfg.eager_limit
-            && p.credit_used + cost <= self.cfg.eager_credits as u64 + p.credit_granted;
-        if eager {
-            p.credit_used += cost;
-        }
-        if eager {
+        if self.eager_credit(peer, len) {
             h.payload_len = len as u32;
             if delivery {
                 h.flags |= hx_wire::FLAG_DELIVERY;
@@ -693,6 +689,19 @@ impl<B: Buffer> Core<B> {
             self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
         }
         Ok(req)
+    }
+
+    /// May `len` bytes go to `peer` eagerly (within the eager limit and the memory it lent us
+    /// for held messages)? If so, that memory is taken.
+    pub(crate) fn eager_credit(&mut self, peer: Rank, len: usize) -> bool {
+        let p = &mut self.peers[peer as usize];
+        let cost = len as u64 + crate::EAGER_OVERHEAD;
+        let eager = len <= self.cfg.eager_limit
+            && p.credit_used + cost <= self.cfg.eager_credits as u64 + p.credit_granted;
+        if eager {
+            p.credit_used += cost;
+        }
+        eager
     }
 
     /// Send `req` (from `src_ep`, tagged `tag`) is complete: its whole buffer left.
@@ -732,6 +741,7 @@ impl<B: Buffer> Core<B> {
                 filled: len,
                 claimed: None,
             },
+            read_answer: false,
         });
         self.deliver_in_order(u);
     }
@@ -1352,6 +1362,20 @@ impl<B: Buffer> Core<B> {
             };
             self.free_unexp(u);
             self.rma_arrived(a);
+            return;
+        }
+        if m.read_answer {
+            let (src, seq) = (m.src, m.tag);
+            // Checked when its header came: the read is there, of this length.
+            match self.peers[src as usize].rma_reads.remove(&seq) {
+                Some(w) => {
+                    let m = self.unexp.get_mut(u).unwrap();
+                    m.tag = w.key;
+                    m.data = None;
+                    self.match_unexp(u, w.req);
+                }
+                None => self.free_unexp(u),
+            }
             return;
         }
         let (ep, src, src_ep, tag) = (m.dst_ep, m.src, m.src_ep, m.tag);

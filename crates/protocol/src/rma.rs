@@ -10,7 +10,9 @@
 //! * A read is an Rts flagged [`FLAG_RMA`] | [`FLAG_READ`] with no data. The target answers with
 //!   an Rts of its own flagged [`FLAG_READ`] (or refused) whose `tag` is the request's sequence
 //!   number; the reader's Cts then pulls the region's bytes into its buffer, and the read
-//!   completes when all of them are there.
+//!   completes when all of them are there. A read no longer than the eager limit, while the
+//!   reader's eager credit allows, is answered by an Eager frame flagged [`FLAG_READ`] that
+//!   carries the bytes (one round trip instead of two).
 //!
 //! Both take a sequence number like a message, so a copy resent after a rail's failure is
 //! recognised; the requests are ordered with the pair's messages, their data is not (a message
@@ -438,6 +440,18 @@ impl<B: Buffer> Core<B> {
                 h.tag = a.seq;
                 h.dst_ep = a.src_ep;
                 match got {
+                    Ok(buf) if self.eager_credit(peer, a.len) => {
+                        // Small enough to go with the answer: one round trip, not two.
+                        h.kind = FrameKind::Eager;
+                        h.value = a.len as u64;
+                        h.payload_len = a.len as u32;
+                        let mut copy = self.spare_bufs.pop().unwrap_or_default();
+                        copy.clear();
+                        copy.extend_from_slice(&buf.as_slice()[..a.len]);
+                        let rail = self.pick_rail_for(peer, a.len);
+                        self.enqueue_on(peer, rail, TxItem::new(h, TxBody::Owned(copy), None));
+                        return;
+                    }
                     Ok(buf) => {
                         h.value = a.len as u64;
                         let req = self.reqs.insert(Request {
@@ -845,20 +859,144 @@ mod tests {
 
     #[test]
     fn a_read_answer_nobody_asked_for_is_a_violation() {
-        let mut c = Cluster::new(2, 1, Config::default(), 3);
-        let mut h = FrameHeader::new(FrameKind::Rts);
-        h.flags = FLAG_READ;
-        h.tag = 42;
-        h.value = 10;
-        c.inject(1, 0, 0, &h.to_bytes());
-        let err = loop {
-            match c.step() {
-                Err(e) => break e,
-                Ok(false) => panic!("accepted"),
-                Ok(true) => {}
+        for kind in [FrameKind::Rts, FrameKind::Eager] {
+            let mut c = Cluster::new(2, 1, Config::default(), 3);
+            let mut h = FrameHeader::new(kind);
+            h.flags = FLAG_READ;
+            h.tag = 42;
+            h.value = 10;
+            let mut bytes = h.to_bytes().to_vec();
+            if kind == FrameKind::Eager {
+                h.payload_len = 10;
+                bytes = h.to_bytes().to_vec();
+                bytes.extend_from_slice(&[0; 10]);
             }
-        };
-        assert!(err.to_string().contains("read answer for no read"), "{err}");
+            c.inject(1, 0, 0, &bytes);
+            let err = loop {
+                match c.step() {
+                    Err(e) => break e,
+                    Ok(false) => panic!("accepted"),
+                    Ok(true) => {}
+                }
+            };
+            assert!(err.to_string().contains("read answer for no read"), "{err}");
+        }
+    }
+
+    /// Everything `from` has queued for `to` on rail 0, handed to `to` as read from rail 0;
+    /// returns the headers of the frames that went.
+    fn exchange(cores: &mut [Core<Vec<u8>>; 2], from: usize, to: usize) -> Vec<FrameHeader> {
+        let mut bytes = Vec::new();
+        loop {
+            let mut iov = [std::io::IoSlice::new(&[]); 8];
+            let n = cores[from].tx_iovecs(to as Rank, 0, &mut iov);
+            if n == 0 {
+                break;
+            }
+            let len: usize = iov[..n].iter().map(|s| s.len()).sum();
+            for s in &iov[..n] {
+                bytes.extend_from_slice(s);
+            }
+            cores[from].tx_done(to as Rank, 0, len);
+        }
+        let mut heads = Vec::new();
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let (h, hlen) = FrameHeader::parse(rest).unwrap();
+            heads.push(h);
+            rest = &rest[hlen + h.payload_len as usize..];
+        }
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let space = cores[to].rx_space(from as Rank, 0);
+            let n = space.len().min(rest.len());
+            space[..n].copy_from_slice(&rest[..n]);
+            cores[to].rx_done(from as Rank, 0, n).unwrap();
+            rest = &rest[n..];
+        }
+        heads
+    }
+
+    #[test]
+    fn a_small_read_is_answered_with_its_bytes_in_one_round_trip() {
+        for lossless in [true, false] {
+            let mem = std::sync::Arc::new(std::sync::Mutex::new(
+                (0..=255u8).cycle().take(1 << 20).collect::<Vec<u8>>(),
+            ));
+            let mut cores = [0u32, 1].map(|r| {
+                let mut c = Core::new(r, 2, Config::default());
+                c.set_rails(1 - r, 1);
+                c.set_lossless(1 - r, lossless);
+                c
+            });
+            cores[1].set_regions(Box::new(Mem(mem.clone())));
+            cores[0].track_finished();
+            let limit = Config::default().eager_limit;
+            for (len, eager) in [(8, true), (limit, true), (limit + 1, false)] {
+                let r = cores[0].read(1, 7, 3, vec![0; len]).unwrap();
+                let asked = exchange(&mut cores, 0, 1);
+                assert_eq!(asked[0].flags, FLAG_RMA | FLAG_READ);
+                let answer = exchange(&mut cores, 1, 0);
+                let kind = if eager {
+                    FrameKind::Eager
+                } else {
+                    FrameKind::Rts
+                };
+                assert_eq!(
+                    (answer[0].kind, answer[0].flags),
+                    (kind, FLAG_READ),
+                    "{len}"
+                );
+                assert_eq!(answer[0].tag, asked[0].seq, "names the read");
+                if !eager {
+                    // The reader pulls the data: a second round trip.
+                    assert!(cores[0].is_pending(r));
+                    exchange(&mut cores, 0, 1);
+                    exchange(&mut cores, 1, 0);
+                }
+                let (done, got) = cores[0].take(r).unwrap();
+                assert!(
+                    matches!(done, Completion::Done(s) if s.len == len && s.tag == 7),
+                    "{len}: {done:?}"
+                );
+                assert_eq!(got[..], mem.lock().unwrap()[3..3 + len], "{len}");
+                // Acknowledgements and credit back, so nothing stays logged.
+                exchange(&mut cores, 0, 1);
+                exchange(&mut cores, 1, 0);
+            }
+            cores[1].take_finished(&mut Vec::new());
+            assert_eq!(
+                cores[1].live_requests(),
+                0,
+                "the target's requests are freed"
+            );
+        }
+    }
+
+    #[test]
+    fn an_eager_read_answer_of_another_length_is_a_violation() {
+        let mut cores = [0u32, 1].map(|r| {
+            let mut c = Core::<Vec<u8>>::new(r, 2, Config::default());
+            c.set_rails(1 - r, 1);
+            c
+        });
+        cores[0].track_finished();
+        let _r = cores[0].read(1, 7, 0, vec![0; 16]).unwrap();
+        let asked = exchange(&mut cores, 0, 1);
+        let mut h = FrameHeader::new(FrameKind::Eager);
+        h.flags = FLAG_READ;
+        h.tag = asked[0].seq;
+        h.value = 17;
+        h.payload_len = 17;
+        let mut bytes = h.to_bytes().to_vec();
+        bytes.extend_from_slice(&[1; 17]);
+        let space = cores[0].rx_space(1, 0);
+        space[..bytes.len()].copy_from_slice(&bytes);
+        let err = cores[0].rx_done(1, 0, bytes.len()).unwrap_err();
+        assert!(
+            err.to_string().contains("read answer of another length"),
+            "{err}"
+        );
     }
 
     #[test]

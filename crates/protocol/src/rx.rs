@@ -519,10 +519,8 @@ impl<B: Buffer> Core<B> {
                     }
                     return Ok((h.kind == FrameKind::Eager).then(|| Self::payload(dest, h)));
                 }
-                if h.kind == FrameKind::Rts {
-                    if let Err(what) = self.check_read_answer(peer, h) {
-                        return Err(Self::violation(peer, rail, h.seq, what));
-                    }
+                if let Err(what) = self.check_read_answer(peer, h) {
+                    return Err(Self::violation(peer, rail, h.seq, what));
                 }
                 let p = &mut self.peers[peer as usize];
                 if h.seq - p.rx_seq > (1 << 20) {
@@ -670,6 +668,23 @@ impl<B: Buffer> Core<B> {
             });
             return None;
         }
+        if h.kind == FrameKind::Eager && h.flags & FLAG_READ != 0 {
+            // Checked when its header came: a read of ours, of this length.
+            self.eager_consumed(peer, len);
+            let Some(w) = self.peers[peer as usize].rma_reads.remove(&h.tag) else {
+                return Some(Dest::Discard);
+            };
+            let msg = crate::Status {
+                source: peer,
+                src_ep: h.src_ep,
+                tag: w.key,
+                len: w.len,
+                truncated: false,
+                data: None,
+            };
+            self.set_matched(w.req, msg, None);
+            return Some(Dest::Req(w.req));
+        }
         if let Some(req) = self.take_posted(h.dst_ep, peer, h.src_ep, h.tag) {
             if h.kind == FrameKind::Rts {
                 self.start_rdv_recv(h.seq, req, msg_of(peer, h));
@@ -710,6 +725,7 @@ impl<B: Buffer> Core<B> {
             len,
             data: data_of(h),
             body,
+            read_answer: h.kind == FrameKind::Eager && h.flags & FLAG_READ != 0,
         })
     }
 

@@ -16,8 +16,14 @@ pub fn hello_for(
     to_instance: u64,
     from: &Address,
 ) -> io::Result<[u8; HELLO_LEN]> {
-    let ch = Challenge::parse(challenge)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("challenge: {e}")))?;
+    let ch = Challenge::parse(challenge).map_err(|e| match e {
+        // Permanent, unlike garbage from a port now used by someone else: the caller gives up.
+        hx_wire::WireError::UnsupportedVersion { .. } => io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("the peer runs another hxcomm release: {e}"),
+        ),
+        e => io::Error::new(io::ErrorKind::InvalidData, format!("challenge: {e}")),
+    })?;
     let mut hello = Hello {
         rail,
         flags: 0,
@@ -68,7 +74,13 @@ impl Pending {
     pub fn received(&mut self, n: usize, secret: &Secret) -> Verdict {
         self.have += n;
         if self.have >= 4 && self.got[..4] != hx_wire::HELLO_MAGIC {
-            return Verdict::Rejected("not an hxcomm rail handshake".into());
+            return Verdict::Rejected(match hx_wire::hello_version(&self.got) {
+                Some(v) => format!(
+                    "an hxcomm peer of another release (protocol version {v}; this build speaks {})",
+                    hx_wire::VERSION
+                ),
+                None => "not an hxcomm rail handshake".into(),
+            });
         }
         if self.have < HELLO_LEN {
             return Verdict::NeedMore;
@@ -139,5 +151,28 @@ mod tests {
         let mut g = Pending::new().unwrap();
         g.space()[..4].copy_from_slice(b"GET ");
         assert!(matches!(g.received(4, &secret), Verdict::Rejected(_)));
+    }
+
+    #[test]
+    fn another_release_is_named_both_ways() {
+        let secret = [1u8; 32];
+        // Our hello, as a version-1 build would have started it.
+        let mut p = Pending::new().unwrap();
+        let mut old = hello_for(&p.challenge(), &secret, 1, 5, &addr()).unwrap();
+        old[..4].copy_from_slice(b"HXH2");
+        p.space()[..4].copy_from_slice(&old[..4]);
+        match p.received(4, &secret) {
+            Verdict::Rejected(why) => assert!(why.contains("protocol version 1"), "{why}"),
+            v => panic!("{v:?}"),
+        }
+        // A version-1 acceptor's challenge: the connector gives up for good, saying why.
+        let mut ch = Pending::new().unwrap().challenge();
+        ch[..4].copy_from_slice(b"HXC1");
+        let e = hello_for(&ch, &secret, 1, 5, &addr()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+        assert!(e.to_string().contains("another hxcomm release"), "{e}");
+        ch[..4].copy_from_slice(b"HTTP");
+        let e = hello_for(&ch, &secret, 1, 5, &addr()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
     }
 }

@@ -18,7 +18,9 @@
 use crate::{u16_at, u32_at, u64_at, WireError};
 
 pub const MAGIC: [u8; 2] = *b"HX";
-pub const VERSION: u8 = 1;
+/// 2: remote memory access and atomics (`FLAG_RMA`, `FLAG_READ`, `FLAG_REFUSED`, the `Atomic`
+/// and `AtomicAnswer` kinds), which a version-1 peer would misread as messages.
+pub const VERSION: u8 = 2;
 /// Length of the headers this version emits.
 pub const HEADER_LEN: usize = 56;
 /// Shortest header accepted.
@@ -42,7 +44,8 @@ pub const FLAG_DELIVERY: u8 = 16;
 /// Flag on an Rts: not a message but remote memory access (libfabric's FI_RMA): `tag` is the
 /// target's region key, `data` the address in the target, `value` the length. Alone, a write:
 /// its data follows the target's Cts as a rendezvous message's would. With [`FLAG_READ`], a
-/// read: the target answers with an Rts of its own carrying [`FLAG_READ`] alone.
+/// read: the target answers with an Rts of its own carrying [`FLAG_READ`] alone, or, for a small
+/// read, with an Eager frame carrying [`FLAG_READ`] alone and the bytes.
 pub const FLAG_RMA: u8 = 32;
 /// Flag on an Rts: with [`FLAG_RMA`], a read request; alone, the answer to the read request
 /// whose sequence number is in `tag` (its data follows the reader's Cts).
@@ -223,7 +226,8 @@ impl FrameHeader {
             })
         };
         let rma = self.flags & (FLAG_RMA | FLAG_READ);
-        if rma != 0 && self.kind != FrameKind::Rts {
+        let eager_answer = self.kind == FrameKind::Eager && rma == FLAG_READ;
+        if rma != 0 && self.kind != FrameKind::Rts && !eager_answer {
             return bad("remote memory access flags", self.flags as u64);
         }
         if self.flags & FLAG_REFUSED != 0 {
@@ -364,7 +368,8 @@ pub fn eager_view(buf: &[u8]) -> Option<EagerView> {
     let len = u32::from_le_bytes(b[12..16].try_into().unwrap());
     let flags = b[5];
     if flags & (FLAG_RMA | FLAG_READ | FLAG_REFUSED) != 0 {
-        // Never on an eager frame: the full parse says so.
+        // A read's answer (which goes to no receive) or flags never on an eager frame: the
+        // full parse takes or refuses them.
         return None;
     }
     if flags & FLAG_DATA_IN_VALUE != 0 {
@@ -409,7 +414,7 @@ mod tests {
     use super::*;
 
     const EAGER_BYTES: [u8; 56] = [
-        b'H', b'X', 1, 56, 1, 4, // magic, version, header_len, kind, flags (FLAG_DATA)
+        b'H', b'X', 2, 56, 1, 4, // magic, version, header_len, kind, flags (FLAG_DATA)
         3, 0, 7, 0, 0, 0, // src_ep 3, dst_ep 7, reserved
         5, 0, 0, 0, // payload_len 5
         0x2a, 0, 0, 0, 0, 0, 0, 0, // seq 42
@@ -498,11 +503,12 @@ mod tests {
         ));
     }
 
-    /// The express view agrees with the full parse on every eager header and declines the rest.
+    /// The express view agrees with the full parse on every eager message header and declines
+    /// the rest (read answers included).
     fn view_agrees(b: &[u8]) {
         let full = FrameHeader::parse(b).ok();
         let want = full
-            .filter(|(h, _)| h.kind == FrameKind::Eager)
+            .filter(|(h, _)| h.kind == FrameKind::Eager && h.flags & FLAG_READ == 0)
             .map(|(h, hlen)| EagerView {
                 hlen,
                 flags: h.flags,
@@ -640,11 +646,15 @@ mod tests {
         assert_eq!(with(FrameKind::Rts, FLAG_RMA | FLAG_READ, 10), Ok(96));
         assert_eq!(with(FrameKind::Rts, FLAG_READ, 10), Ok(FLAG_READ));
         assert_eq!(with(FrameKind::Rts, FLAG_READ | FLAG_REFUSED, 0), Ok(192));
+        assert_eq!(with(FrameKind::Eager, FLAG_READ, 0), Ok(FLAG_READ));
         assert_eq!(with(FrameKind::Cts, FLAG_REFUSED, 0), Ok(FLAG_REFUSED));
         // Refused: the flags on other kinds, a refusal that carries a length or asks something.
         for (kind, flags, value) in [
             (FrameKind::Data, FLAG_RMA, 0),
             (FrameKind::Cts, FLAG_READ, 0),
+            (FrameKind::Eager, FLAG_RMA | FLAG_READ, 0),
+            (FrameKind::Eager, FLAG_RMA, 0),
+            (FrameKind::Eager, FLAG_READ | FLAG_REFUSED, 0),
             (FrameKind::Fin, FLAG_RMA, 0),
             (FrameKind::Rts, FLAG_READ | FLAG_REFUSED, 5),
             (FrameKind::Rts, FLAG_RMA | FLAG_REFUSED, 0),

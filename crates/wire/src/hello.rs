@@ -4,17 +4,48 @@
 //! rejected after at most `HELLO_LEN` bytes.
 //!
 //! ```text
-//! Challenge: magic "HXC1" | nonce [16]                                        (20 bytes)
-//! Hello:     magic "HXH2" | rail u16 | flags u16 | to_instance u64 | address [64] | mac [32]
+//! Challenge: magic "HXC2" | nonce [16]                                        (20 bytes)
+//! Hello:     magic "HXH3" | rail u16 | flags u16 | to_instance u64 | address [64] | mac [32]
 //!                                                                             (112 bytes)
 //! Verdict:   "HXOK" (the connection is a rail from now on) or "HXNO" (the acceptor keeps the
 //!            connection it initiated itself to the same peer and rail; both ends then use that one)
 //! ```
+//!
+//! The last byte of both magics names the frame protocol ([`crate::VERSION`]) the sender speaks
+//! (the challenge's is the version, the hello's one more: "HXH2" was already taken by version 1),
+//! so a peer built from another release is told apart at the handshake, by name, before any
+//! frame could be misread.
 
-use crate::{u16_at, u64_at, Address, WireError};
+use crate::{u16_at, u64_at, Address, WireError, VERSION};
 
-pub const CHALLENGE_MAGIC: [u8; 4] = *b"HXC1";
-pub const HELLO_MAGIC: [u8; 4] = *b"HXH2";
+pub const CHALLENGE_MAGIC: [u8; 4] = [b'H', b'X', b'C', b'0' + VERSION];
+pub const HELLO_MAGIC: [u8; 4] = [b'H', b'X', b'H', b'1' + VERSION];
+
+/// The frame protocol version a handshake magic names, if it is one of ours at all (`first` is
+/// `b'0'` for a challenge, `b'1'` for a hello). Another version parses as
+/// [`WireError::UnsupportedVersion`], anything else as [`WireError::BadMagic`].
+fn check_magic(b: &[u8], ours: &[u8; 4], first: u8) -> Result<(), WireError> {
+    if b[..4] == ours[..] {
+        return Ok(());
+    }
+    if b[..3] == ours[..3] && b[3] > first && b[3] <= b'9' {
+        return Err(WireError::UnsupportedVersion {
+            found: b[3] - first,
+        });
+    }
+    Err(WireError::BadMagic {
+        found: [b[0], b[1]],
+    })
+}
+
+/// Whether the first bytes of an answer (at least 4) are a hello of another protocol version:
+/// that version, so the acceptor can say so instead of calling the peer a stranger.
+pub fn hello_version(b: &[u8]) -> Option<u8> {
+    match check_magic(b, &HELLO_MAGIC, b'1') {
+        Err(WireError::UnsupportedVersion { found }) => Some(found),
+        _ => None,
+    }
+}
 pub const CHALLENGE_LEN: usize = 20;
 pub const HELLO_LEN: usize = 112;
 pub const VERDICT_LEN: usize = 4;
@@ -41,11 +72,7 @@ impl Challenge {
                 have: b.len(),
             });
         }
-        if b[..4] != CHALLENGE_MAGIC {
-            return Err(WireError::BadMagic {
-                found: [b[0], b[1]],
-            });
-        }
+        check_magic(b, &CHALLENGE_MAGIC, b'0')?;
         let mut nonce = [0u8; 16];
         nonce.copy_from_slice(&b[4..CHALLENGE_LEN]);
         Ok(Challenge { nonce })
@@ -84,11 +111,7 @@ impl Hello {
                 have: b.len(),
             });
         }
-        if b[..4] != HELLO_MAGIC {
-            return Err(WireError::BadMagic {
-                found: [b[0], b[1]],
-            });
-        }
+        check_magic(b, &HELLO_MAGIC, b'1')?;
         let mut mac = [0u8; 32];
         mac.copy_from_slice(&b[80..HELLO_LEN]);
         Ok(Hello {
@@ -137,7 +160,7 @@ mod tests {
         let b = h.to_bytes();
         assert_eq!(
             &b[..16],
-            &[b'H', b'X', b'H', b'2', 1, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
+            &[b'H', b'X', b'H', b'3', 1, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
         );
         assert_eq!(&b[16..80], &from.to_bytes());
         assert_eq!(Hello::parse(&b), Ok(h.clone()));
@@ -156,7 +179,50 @@ mod tests {
     fn challenge_round_trip() {
         let c = Challenge { nonce: [7; 16] };
         let b = c.to_bytes();
-        assert_eq!(&b[..4], b"HXC1");
+        assert_eq!(&b[..4], b"HXC2");
         assert_eq!(Challenge::parse(&b), Ok(c));
+    }
+
+    #[test]
+    fn another_version_is_named() {
+        // What version 1 sent: its challenge and hello magics.
+        let mut c = Challenge { nonce: [7; 16] }.to_bytes();
+        c[..4].copy_from_slice(b"HXC1");
+        assert_eq!(
+            Challenge::parse(&c),
+            Err(WireError::UnsupportedVersion { found: 1 })
+        );
+        let from = Address {
+            flags: 0,
+            ep: 0,
+            instance: 9,
+            host: 1,
+            pid: 2,
+            port: 3,
+            rails: vec![],
+        };
+        let mut h = Hello {
+            rail: 0,
+            flags: 0,
+            to_instance: 1,
+            from,
+            mac: [0; 32],
+        }
+        .to_bytes();
+        h[..4].copy_from_slice(b"HXH2");
+        assert_eq!(
+            Hello::parse(&h),
+            Err(WireError::UnsupportedVersion { found: 1 })
+        );
+        assert_eq!(hello_version(&h), Some(1));
+        h[..4].copy_from_slice(&HELLO_MAGIC);
+        assert_eq!(hello_version(&h), None);
+        h[..4].copy_from_slice(b"HXHz");
+        assert!(matches!(Hello::parse(&h), Err(WireError::BadMagic { .. })));
+        c[..4].copy_from_slice(b"HXC0");
+        assert!(matches!(
+            Challenge::parse(&c),
+            Err(WireError::BadMagic { .. })
+        ));
     }
 }

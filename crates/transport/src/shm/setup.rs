@@ -36,7 +36,8 @@ use std::sync::Arc;
 const CH_MAGIC: [u8; 4] = *b"HXSc";
 const HELLO_MAGIC: [u8; 4] = *b"HXSh";
 const READY_MAGIC: [u8; 4] = *b"HXSr";
-const VERSION: u32 = 1;
+/// The frame protocol's: frames of one version travel over the rings too.
+const VERSION: u32 = hx_wire::VERSION as u32;
 const CH_LEN: usize = 24;
 const HELLO_LEN: usize = 60;
 const READY_LEN: usize = 44;
@@ -439,10 +440,17 @@ impl ShmConnecting {
                     if *have < CH_LEN {
                         continue;
                     }
-                    if buf[..4] != CH_MAGIC || u32_at(&buf[..], 4) != VERSION {
+                    if buf[..4] != CH_MAGIC {
+                        return Err(denied(&name, "not an hxcomm shm listener"));
+                    }
+                    let theirs = u32_at(&buf[..], 4);
+                    if theirs != VERSION {
                         return Err(denied(
                             &name,
-                            "not an hxcomm shm listener (or another version)",
+                            &format!(
+                                "the peer runs another hxcomm release (protocol version \
+                                 {theirs}; this build speaks {VERSION})"
+                            ),
                         ));
                     }
                     let mut na = [0u8; 16];
