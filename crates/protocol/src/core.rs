@@ -66,8 +66,10 @@ pub(crate) struct RecvState {
     #[allow(clippy::box_collection)] // 8 bytes in every request instead of 48
     pub chunks: Option<Box<HashSet<u64>>>,
     /// A peer's write into our region (key, address): the buffer goes back to the driver's
-    /// [`Regions`](crate::Regions) when it is placed.
+    /// [`Regions`](crate::Regions) when it is placed (`None` once the region was released).
     pub rma_write: Option<(u64, u64)>,
+    /// A peer's write, released or not: a writer that waits for our word gets it.
+    pub rma_target: bool,
 }
 
 /// A message that arrived before a matching receive was posted, or before its turn in sequence.
@@ -81,9 +83,19 @@ pub(crate) struct Unexp {
     /// Immediate data the sender attached.
     pub data: Option<u64>,
     pub body: Body,
-    /// An eager answer to a read of ours (`tag` the read's sequence number): it goes into that
-    /// read, never to a receive.
-    pub read_answer: bool,
+    /// An eager frame of remote memory access, which goes to no receive.
+    pub rma: EagerRma,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EagerRma {
+    No,
+    /// The answer to a read of ours (`tag` the read's sequence number): into that read.
+    ReadAnswer,
+    /// A peer's write of `len` bytes at `addr` of its region `tag`: into that region.
+    Write {
+        addr: u64,
+    },
 }
 
 pub(crate) enum Body {
@@ -741,7 +753,7 @@ impl<B: Buffer> Core<B> {
                 filled: len,
                 claimed: None,
             },
-            read_answer: false,
+            rma: EagerRma::No,
         });
         self.deliver_in_order(u);
     }
@@ -781,6 +793,7 @@ impl<B: Buffer> Core<B> {
                 rdv: None,
                 chunks: None,
                 rma_write: None,
+                rma_target: false,
             }),
             completion: Completion::Pending,
         });
@@ -943,6 +956,7 @@ impl<B: Buffer> Core<B> {
                 rdv: None,
                 chunks: None,
                 rma_write: None,
+                rma_target: false,
             }),
             completion: Completion::Pending,
         });
@@ -1364,7 +1378,26 @@ impl<B: Buffer> Core<B> {
             self.rma_arrived(a);
             return;
         }
-        if m.read_answer {
+        if let EagerRma::Write { addr } = m.rma {
+            let (src, seq, src_ep, key, len) = (m.src, m.seq, m.src_ep, m.tag, m.len);
+            match self.eager_write(src, seq, src_ep, key, addr, len) {
+                // Not through match_unexp: the request keeps what eager_write set.
+                Some(req) => match self.unexp.get_mut(u) {
+                    Some(Unexp {
+                        body: Body::Eager { filled, .. },
+                        ..
+                    }) if *filled == len => self.finish_claimed(u, req),
+                    Some(Unexp {
+                        body: Body::Eager { claimed, .. },
+                        ..
+                    }) => *claimed = Some(req),
+                    _ => {}
+                },
+                None => self.free_unexp(u),
+            }
+            return;
+        }
+        if m.rma == EagerRma::ReadAnswer {
             let (src, seq) = (m.src, m.tag);
             // Checked when its header came: the read is there, of this length.
             match self.peers[src as usize].rma_reads.remove(&seq) {
@@ -1476,6 +1509,10 @@ impl<B: Buffer> Core<B> {
                 r.completion = Completion::Done(st);
                 if let Some(f) = &mut self.finished {
                     f.push(req);
+                }
+                if let (true, Some((from, seq))) = (rv.rma_target, rv.rdv) {
+                    // An eager write held for its turn is placed now: say so.
+                    self.word_back(from, seq);
                 }
             }
         }

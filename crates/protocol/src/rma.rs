@@ -6,7 +6,10 @@
 //!   length) instead of a tag to match. The target answers with a Cts for that memory, or with
 //!   a refusal, and the data follows as a rendezvous message's would. The write completes once
 //!   the target has acknowledged all of its data, i.e. once it is placed (libfabric's
-//!   delivery-complete).
+//!   delivery-complete). A write no longer than the eager limit, while the target's eager
+//!   credit allows, is an Eager frame flagged [`FLAG_RMA`] that carries its bytes: the target
+//!   places them on arrival and says so with a `Delivered` word (or refuses with a Cts), so
+//!   it completes in one round trip.
 //! * A read is an Rts flagged [`FLAG_RMA`] | [`FLAG_READ`] with no data. The target answers with
 //!   an Rts of its own flagged [`FLAG_READ`] (or refused) whose `tag` is the request's sequence
 //!   number; the reader's Cts then pulls the region's bytes into its buffer, and the read
@@ -248,6 +251,7 @@ impl<B: Buffer> Core<B> {
                 rdv: None,
                 chunks: None,
                 rma_write: None,
+                rma_target: false,
             }),
         };
         let req = self.reqs.insert(Request {
@@ -299,7 +303,31 @@ impl<B: Buffer> Core<B> {
         h.tag = key;
         h.data = addr;
         h.value = len as u64;
+        let eager = access == Access::Write && self.eager_credit(peer, len);
+        let p = &mut self.peers[peer as usize];
         let rail = match access {
+            Access::Write if eager => {
+                // Small enough to go with the request: placed on arrival, and the target's
+                // word (or its refusal) comes back; one round trip, not two.
+                h.kind = FrameKind::Eager;
+                h.payload_len = len as u32;
+                let p = &mut self.peers[peer as usize];
+                p.delivery_wait.insert(seq, (req, 0, key));
+                if let Some(Request {
+                    kind: ReqKind::Send(s),
+                    ..
+                }) = self.reqs.get_mut(req)
+                {
+                    s.delivery = Delivery::Waiting;
+                }
+                let rail = self.pick_rail_for(peer, len);
+                self.enqueue_on(
+                    peer,
+                    rail,
+                    TxItem::new(h, TxBody::Req(req, 0, len), Some(req)),
+                );
+                return Ok(req);
+            }
             Access::Write => {
                 p.wait_cts.insert(seq, req);
                 if p.lossless {
@@ -408,6 +436,7 @@ impl<B: Buffer> Core<B> {
                         rdv: None,
                         chunks: None,
                         rma_write: Some((a.tag, a.addr)),
+                        rma_target: true,
                     }),
                     completion: Completion::Pending,
                 });
@@ -476,6 +505,65 @@ impl<B: Buffer> Core<B> {
                 }
                 let rail = self.pick_rail_for(peer, h.value as usize);
                 self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
+            }
+        }
+    }
+
+    /// A peer's eager write (`len` bytes at `addr` of region `key`) whose turn has come: the
+    /// request its bytes go into (placed when it completes, and the writer told), or `None`
+    /// when refused (the writer told why; the bytes are dropped).
+    pub(crate) fn eager_write(
+        &mut self,
+        peer: Rank,
+        seq: u64,
+        src_ep: EpId,
+        key: u64,
+        addr: u64,
+        len: usize,
+    ) -> Option<ReqId> {
+        let got = match self.regions.as_mut() {
+            Some(r) => r.resolve(key, addr, len, Access::Write),
+            None => Err(RmaRefusal::NoRegions),
+        };
+        match got {
+            Ok(buf) => {
+                let req = self.reqs.insert(Request {
+                    detached: true,
+                    buf,
+                    kind: ReqKind::Recv(crate::core::RecvState {
+                        ep: 0,
+                        src: Some(peer),
+                        tag: TagMatch::exact(key),
+                        status: None,
+                        unreceived: 0,
+                        rdv: None,
+                        chunks: None,
+                        rma_write: Some((key, addr)),
+                        rma_target: true,
+                    }),
+                    completion: Completion::Pending,
+                });
+                let msg = Status {
+                    source: peer,
+                    src_ep,
+                    tag: key,
+                    len,
+                    truncated: false,
+                    data: None,
+                };
+                // `rdv` names the write for the word back once it is placed.
+                self.set_matched(req, msg, Some((peer, seq)));
+                Some(req)
+            }
+            Err(why) => {
+                let mut h = FrameHeader::new(FrameKind::Cts);
+                h.flags = FLAG_REFUSED;
+                h.seq = seq;
+                h.dst_ep = src_ep;
+                h.data = why.code();
+                let rail = self.pick_rail(peer);
+                self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
+                None
             }
         }
     }
@@ -961,6 +1049,94 @@ mod tests {
                 );
                 assert_eq!(got[..], mem.lock().unwrap()[3..3 + len], "{len}");
                 // Acknowledgements and credit back, so nothing stays logged.
+                exchange(&mut cores, 0, 1);
+                exchange(&mut cores, 1, 0);
+            }
+            cores[1].take_finished(&mut Vec::new());
+            assert_eq!(
+                cores[1].live_requests(),
+                0,
+                "the target's requests are freed"
+            );
+        }
+    }
+
+    #[test]
+    fn a_small_write_completes_in_one_round_trip() {
+        for lossless in [true, false] {
+            let mem = std::sync::Arc::new(std::sync::Mutex::new(vec![0u8; 1 << 20]));
+            let mut cores = [0u32, 1].map(|r| {
+                let mut c = Core::new(r, 2, Config::default());
+                c.set_rails(1 - r, 1);
+                c.set_lossless(1 - r, lossless);
+                c
+            });
+            cores[1].set_regions(Box::new(Mem(mem.clone())));
+            cores[0].track_finished();
+            let limit = Config::default().eager_limit;
+            for (len, key, eager) in [
+                (8, 7, true),
+                (limit, 7, true),
+                (limit + 1, 7, false),
+                (8, 9, true),
+            ] {
+                let body: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
+                let r = cores[0].write(1, key, 5, body.clone()).unwrap();
+                let asked = exchange(&mut cores, 0, 1);
+                let kind = if eager {
+                    FrameKind::Eager
+                } else {
+                    FrameKind::Rts
+                };
+                assert_eq!((asked[0].kind, asked[0].flags), (kind, FLAG_RMA), "{len}");
+                if !eager {
+                    // The target's Cts, then the data: a second round trip.
+                    exchange(&mut cores, 1, 0);
+                    exchange(&mut cores, 0, 1);
+                }
+                assert!(
+                    cores[0].is_pending(r),
+                    "{len}: done before the target said so"
+                );
+                cores[1].release_words();
+                let answer = exchange(&mut cores, 1, 0);
+                let (done, _) = cores[0].take(r).unwrap();
+                if key == 9 {
+                    assert!(
+                        answer
+                            .iter()
+                            .any(|h| (h.kind, h.flags) == (FrameKind::Cts, FLAG_REFUSED)),
+                        "{answer:?}"
+                    );
+                    assert!(
+                        answer.iter().all(|h| h.kind != FrameKind::Delivered),
+                        "a refused write is not said to be placed: {answer:?}"
+                    );
+                    assert!(
+                        matches!(
+                            done,
+                            Completion::Failed(ProtoError::Refused {
+                                why: RmaRefusal::UnknownKey,
+                                ..
+                            })
+                        ),
+                        "{done:?}"
+                    );
+                    continue;
+                }
+                assert!(
+                    matches!(done, Completion::Done(s) if s.len == len),
+                    "{len}: {done:?}"
+                );
+                if eager {
+                    assert!(
+                        answer.iter().any(|h| h.kind == FrameKind::Delivered),
+                        "{len}: {answer:?}"
+                    );
+                }
+                // Placed when the target's driver takes its finished requests.
+                cores[1].take_finished(&mut Vec::new());
+                assert_eq!(mem.lock().unwrap()[5..5 + len], body[..], "{len}");
                 exchange(&mut cores, 0, 1);
                 exchange(&mut cores, 1, 0);
             }

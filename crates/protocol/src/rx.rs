@@ -36,7 +36,7 @@ fn msg_of(peer: crate::Rank, h: &FrameHeader) -> crate::Status {
     }
 }
 
-use crate::core::{Body, ReqKind, Unexp};
+use crate::core::{Body, EagerRma, ReqKind, Unexp};
 use crate::rma::RmaArrival;
 use crate::slab::Handle;
 use crate::{Buffer, Completion, Core, EpId, Filter, ProtoError, Rank, ReqId};
@@ -550,6 +550,13 @@ impl<B: Buffer> Core<B> {
                         self.write_refused(peer, h.seq, req, h.data)
                     }
                     Some(req) => self.start_data(peer, req, h),
+                    // The refusal of an eager write, which waited for the target's word.
+                    None if h.flags & hx_wire::FLAG_REFUSED != 0
+                        && p.delivery_wait.contains_key(&h.seq) =>
+                    {
+                        let (req, _, _) = p.delivery_wait[&h.seq];
+                        self.write_refused(peer, h.seq, req, h.data)
+                    }
                     // A resent CTS for data already under way.
                     None if h.seq < p.tx_seq => {}
                     None => {
@@ -668,6 +675,14 @@ impl<B: Buffer> Core<B> {
             });
             return None;
         }
+        if h.kind == FrameKind::Eager && h.flags & FLAG_RMA != 0 {
+            // An eager write: into the region, if the target has it.
+            self.eager_consumed(peer, len);
+            return Some(
+                self.eager_write(peer, h.seq, h.src_ep, h.tag, h.data, len)
+                    .map_or(Dest::Discard, Dest::Req),
+            );
+        }
         if h.kind == FrameKind::Eager && h.flags & FLAG_READ != 0 {
             // Checked when its header came: a read of ours, of this length.
             self.eager_consumed(peer, len);
@@ -725,7 +740,12 @@ impl<B: Buffer> Core<B> {
             len,
             data: data_of(h),
             body,
-            read_answer: h.kind == FrameKind::Eager && h.flags & FLAG_READ != 0,
+            rma: match h.flags & (FLAG_RMA | FLAG_READ) {
+                _ if h.kind != FrameKind::Eager => EagerRma::No,
+                FLAG_READ => EagerRma::ReadAnswer,
+                FLAG_RMA => EagerRma::Write { addr: h.data },
+                _ => EagerRma::No,
+            },
         })
     }
 
@@ -784,11 +804,13 @@ impl<B: Buffer> Core<B> {
                         f.push(req);
                     }
                     rv.chunks = None;
-                    let rma_write = rv.rma_write.is_some();
+                    let rma_write = rv.rma_target;
                     if let Some((from, seq)) = rv.rdv {
-                        if rma_write && self.peers[from as usize].lossless {
-                            // Over a lossless link the writer completes on this word, not
-                            // when it has written (see rma.rs).
+                        if rma_write
+                            && (self.peers[from as usize].lossless || p.kind == FrameKind::Eager)
+                        {
+                            // Over a lossless link, and for an eager write, the writer
+                            // completes on this word, not when it has written (see rma.rs).
                             self.word_back(from, seq);
                         }
                         self.peers[from as usize].rdv_recv.remove(&seq);

@@ -45,7 +45,8 @@ pub const FLAG_DELIVERY: u8 = 16;
 /// target's region key, `data` the address in the target, `value` the length. Alone, a write:
 /// its data follows the target's Cts as a rendezvous message's would. With [`FLAG_READ`], a
 /// read: the target answers with an Rts of its own carrying [`FLAG_READ`] alone, or, for a small
-/// read, with an Eager frame carrying [`FLAG_READ`] alone and the bytes.
+/// read, with an Eager frame carrying [`FLAG_READ`] alone and the bytes. On an Eager frame alone,
+/// a small write with its bytes.
 pub const FLAG_RMA: u8 = 32;
 /// Flag on an Rts: with [`FLAG_RMA`], a read request; alone, the answer to the read request
 /// whose sequence number is in `tag` (its data follows the reader's Cts).
@@ -226,8 +227,9 @@ impl FrameHeader {
             })
         };
         let rma = self.flags & (FLAG_RMA | FLAG_READ);
-        let eager_answer = self.kind == FrameKind::Eager && rma == FLAG_READ;
-        if rma != 0 && self.kind != FrameKind::Rts && !eager_answer {
+        // On an Eager frame: a read's answer, or a write with its bytes.
+        let eager_rma = self.kind == FrameKind::Eager && (rma == FLAG_READ || rma == FLAG_RMA);
+        if rma != 0 && self.kind != FrameKind::Rts && !eager_rma {
             return bad("remote memory access flags", self.flags as u64);
         }
         if self.flags & FLAG_REFUSED != 0 {
@@ -504,11 +506,11 @@ mod tests {
     }
 
     /// The express view agrees with the full parse on every eager message header and declines
-    /// the rest (read answers included).
+    /// the rest (eager reads' answers and writes included).
     fn view_agrees(b: &[u8]) {
         let full = FrameHeader::parse(b).ok();
         let want = full
-            .filter(|(h, _)| h.kind == FrameKind::Eager && h.flags & FLAG_READ == 0)
+            .filter(|(h, _)| h.kind == FrameKind::Eager && h.flags & (FLAG_READ | FLAG_RMA) == 0)
             .map(|(h, hlen)| EagerView {
                 hlen,
                 flags: h.flags,
@@ -647,13 +649,14 @@ mod tests {
         assert_eq!(with(FrameKind::Rts, FLAG_READ, 10), Ok(FLAG_READ));
         assert_eq!(with(FrameKind::Rts, FLAG_READ | FLAG_REFUSED, 0), Ok(192));
         assert_eq!(with(FrameKind::Eager, FLAG_READ, 0), Ok(FLAG_READ));
+        assert_eq!(with(FrameKind::Eager, FLAG_RMA, 0), Ok(FLAG_RMA));
         assert_eq!(with(FrameKind::Cts, FLAG_REFUSED, 0), Ok(FLAG_REFUSED));
         // Refused: the flags on other kinds, a refusal that carries a length or asks something.
         for (kind, flags, value) in [
             (FrameKind::Data, FLAG_RMA, 0),
             (FrameKind::Cts, FLAG_READ, 0),
             (FrameKind::Eager, FLAG_RMA | FLAG_READ, 0),
-            (FrameKind::Eager, FLAG_RMA, 0),
+            (FrameKind::Eager, FLAG_RMA | FLAG_REFUSED, 0),
             (FrameKind::Eager, FLAG_READ | FLAG_REFUSED, 0),
             (FrameKind::Fin, FLAG_RMA, 0),
             (FrameKind::Rts, FLAG_READ | FLAG_REFUSED, 5),

@@ -3,7 +3,7 @@
 #![no_main]
 
 use hx_wire::{
-    eager_view, Address, Challenge, FrameHeader, FrameKind, Hello, FLAG_READ, MIN_HEADER_LEN,
+    eager_view, Address, Challenge, FrameHeader, FrameKind, Hello, FLAG_READ, FLAG_RMA, MIN_HEADER_LEN,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -26,8 +26,10 @@ fuzz_target!(|data: &[u8]| {
             );
         }
         (Some(v), Err(e)) => panic!("eager view {v:?} of a header the parse refuses: {e}"),
-        // A read's answer is an eager frame that the express path leaves to the full parse.
-        (None, Ok((h, _))) => assert!(h.kind != FrameKind::Eager || h.flags & FLAG_READ != 0),
+        // Eager reads' answers and writes are left to the full parse.
+        (None, Ok((h, _))) => {
+            assert!(h.kind != FrameKind::Eager || h.flags & (FLAG_READ | FLAG_RMA) != 0)
+        }
         (None, Err(_)) => {}
     }
     if let Ok(h) = Hello::parse(data) {
