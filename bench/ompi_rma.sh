@@ -29,10 +29,10 @@ trap '"$root/target/release/hxcomm" net down --name $tb >/dev/null 2>&1' EXIT
 mgmt=$("$root/target/release/hxcomm" net status --name $tb | awk '/management/ { for (i = 1; i <= NF; i++) if ($i == "management") { sub(",", "", $(i+1)); print $(i+1); exit } }')
 base=(--bind-to none --mca plm_rsh_agent "$root/bench/netns-rsh" --mca oob_tcp_if_include "$mgmt"
   -np 2 --host ${tb}0,${tb}1 --map-by node -x FI_PROVIDER_PATH -x HX_JOB_SECRET)
-btlofi2=(--mca pml ob1 --mca btl self,vader,ofi --mca btl_ofi_mode 2 --mca btl_ofi_provider_include hxcomm --mca osc rdma)
+btlofi2=(--mca pml ob1 --mca btl self,vader,ofi --mca btl_ofi_mode 2 --mca btl_ofi_provider_include hxcomm --mca osc rdma ${OSC_ARGS:-})
 btltcp=(--mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include 10.10.0.0/16 --mca osc pt2pt)
-figures() { grep -o 'usec=[0-9.]*' | cut -d= -f2 | tr '\n' ' '; }
-echo "median us per op + flush, in the order of TESTS: $TESTS (raw output in $out)"
+figures() { grep -o 'usec=[0-9.]*\|mb_per_s=[0-9.]*' | cut -d= -f2 | tr '\n' ' '; }
+echo "median us per op + flush (MB/s for getbw/putbw), in the order of TESTS: $TESTS (raw output in $out)"
 for run in $(seq "$RUNS"); do
   for p in $PROVIDERS; do
     label=${p%%=*}
