@@ -6,6 +6,7 @@
  *   bad_input SECRET_HEX OTHER_SECRET_HEX
  */
 #include <errno.h>
+#include "node.h"
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -18,69 +19,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#define CHECK(x)                                                                          \
-    do {                                                                                  \
-        int _r = (int)(x);                                                                \
-        if (_r < 0) {                                                                     \
-            fprintf(stderr, "%s:%d: %s = %d (%s)\n", __FILE__, __LINE__, #x, _r,          \
-                    fi_strerror(-_r));                                                    \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-#define EXPECT(c)                                                                         \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #c);              \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
-struct node {
-    struct fi_info *info;
-    struct fid_fabric *fabric;
-    struct fid_domain *domain;
-    struct fid_av *av;
-    struct fid_cq *cq;
-    struct fid_ep *ep;
-    char name[64];
-};
-
-static void open_node(struct node *n) {
-    struct fi_info *hints = fi_allocinfo();
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV;
-    hints->fabric_attr->prov_name = strdup("hxcomm");
-    CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &n->info));
-    fi_freeinfo(hints);
-    CHECK(fi_fabric(n->info->fabric_attr, &n->fabric, NULL));
-    CHECK(fi_domain(n->fabric, n->info, &n->domain, NULL));
-    struct fi_av_attr av = {.type = FI_AV_MAP};
-    CHECK(fi_av_open(n->domain, &av, &n->av, NULL));
-    struct fi_cq_attr cq = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD};
-    CHECK(fi_cq_open(n->domain, &cq, &n->cq, NULL));
-    CHECK(fi_endpoint(n->domain, n->info, &n->ep, NULL));
-    CHECK(fi_ep_bind(n->ep, &n->av->fid, 0));
-    CHECK(fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV));
-    CHECK(fi_enable(n->ep));
-    size_t len = sizeof n->name;
-    CHECK(fi_getname(&n->ep->fid, n->name, &len));
-}
-
-static void close_node(struct node *n) {
-    CHECK(fi_close(&n->ep->fid));
-    CHECK(fi_close(&n->av->fid));
-    CHECK(fi_close(&n->cq->fid));
-    CHECK(fi_close(&n->domain->fid));
-    CHECK(fi_close(&n->fabric->fid));
-    fi_freeinfo(n->info);
-}
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* Waits up to `secs` for one completion; returns 1 ok, -1 error entry (filled in), 0 none. */
 static int wait_one(struct node *n, struct fi_cq_tagged_entry *e, struct fi_cq_err_entry *err,
@@ -112,7 +50,7 @@ static void child(const char *secret, int to_parent, int from_parent, const char
     setenv("HX_JOB_SECRET", secret, 1);
     setenv("HX_RANK_TIMEOUT", "2", 1);
     struct node n;
-    open_node(&n);
+    open_node(&n, FI_TAGGED | FI_MSG | FI_DIRECTED_RECV, 0, FI_CQ_FORMAT_TAGGED);
     EXPECT(write(to_parent, n.name, 64) == 64);
     char parent[64];
     EXPECT(read(from_parent, parent, 64) == 64);
@@ -179,7 +117,7 @@ int main(int argc, char **argv) {
     setenv("HX_JOB_SECRET", argv[1], 1);
     setenv("HX_RANK_TIMEOUT", "2", 1);
     struct node n;
-    open_node(&n);
+    open_node(&n, FI_TAGGED | FI_MSG | FI_DIRECTED_RECV, 0, FI_CQ_FORMAT_TAGGED);
 
     /* Malformed addresses: nothing inserted, the entry says FI_ADDR_NOTAVAIL. */
     char bad[64];

@@ -8,6 +8,7 @@
  *   rma
  */
 #include <inttypes.h>
+#include "node.h"
 #include <rdma/fabric.h>
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
@@ -22,72 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(x)                                                                          \
-    do {                                                                                  \
-        int _r = (int)(x);                                                                \
-        if (_r < 0) {                                                                     \
-            fprintf(stderr, "%s:%d: %s = %d (%s)\n", __FILE__, __LINE__, #x, _r,          \
-                    fi_strerror(-_r));                                                    \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-#define EXPECT(c)                                                                         \
-    do {                                                                                  \
-        if (!(c)) {                                                                       \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #c);              \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 #define LEN (1 << 20)
-
-struct node {
-    struct fi_info *info;
-    struct fid_fabric *fabric;
-    struct fid_domain *domain;
-    struct fid_av *av;
-    struct fid_cq *cq;
-    struct fid_ep *ep;
-    char name[64];
-};
-
-static void open_node(struct node *n, uint64_t caps) {
-    struct fi_info *hints = fi_allocinfo();
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = caps;
-    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
-    hints->fabric_attr->prov_name = strdup("hxcomm");
-    CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &n->info));
-    fi_freeinfo(hints);
-    EXPECT((n->info->caps & caps) == caps);
-    CHECK(fi_fabric(n->info->fabric_attr, &n->fabric, NULL));
-    CHECK(fi_domain(n->fabric, n->info, &n->domain, NULL));
-    struct fi_av_attr av = {.type = FI_AV_MAP};
-    CHECK(fi_av_open(n->domain, &av, &n->av, NULL));
-    struct fi_cq_attr cq = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD};
-    CHECK(fi_cq_open(n->domain, &cq, &n->cq, NULL));
-    CHECK(fi_endpoint(n->domain, n->info, &n->ep, NULL));
-    CHECK(fi_ep_bind(n->ep, &n->av->fid, 0));
-    CHECK(fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV));
-    CHECK(fi_enable(n->ep));
-    size_t len = sizeof n->name;
-    CHECK(fi_getname(&n->ep->fid, n->name, &len));
-}
-
-static void close_node(struct node *n) {
-    CHECK(fi_close(&n->ep->fid));
-    CHECK(fi_close(&n->av->fid));
-    CHECK(fi_close(&n->cq->fid));
-    CHECK(fi_close(&n->domain->fid));
-    CHECK(fi_close(&n->fabric->fid));
-    fi_freeinfo(n->info);
-}
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* One completion of `ctx`: 1 done (flags in *flags), -FI_E* from its error entry. */
 static int wait_for(struct node *n, void *ctx, uint64_t *flags, char *why) {
@@ -127,7 +63,8 @@ struct target_info {
 
 static void target(int to_init, int from_init) {
     struct node n;
-    open_node(&n, FI_MSG | FI_RMA | FI_ATOMIC);
+    open_node(&n, FI_MSG | FI_RMA | FI_ATOMIC, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED,
+              FI_CQ_FORMAT_DATA);
     char *rw = calloc(1, LEN), *ro = malloc(LEN);
     for (int i = 0; i < LEN; i++)
         ro[i] = (char)(i * 7);
@@ -181,7 +118,8 @@ int main(void) {
     close(a[1]);
     close(b[0]);
     struct node n;
-    open_node(&n, FI_MSG | FI_RMA | FI_ATOMIC);
+    open_node(&n, FI_MSG | FI_RMA | FI_ATOMIC, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED,
+              FI_CQ_FORMAT_DATA);
     char peer_name[64];
     struct target_info t;
     EXPECT(read(a[0], peer_name, 64) == 64);
@@ -256,7 +194,7 @@ int main(void) {
 
     /* An endpoint opened without FI_RMA refuses RMA and atomic calls. */
     struct node m;
-    open_node(&m, FI_MSG);
+    open_node(&m, FI_MSG, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED, FI_CQ_FORMAT_DATA);
     EXPECT(fi_read(m.ep, back, 16, NULL, 0, 0, 1, ctx) == -FI_EOPNOTSUPP);
     EXPECT(fi_atomic(m.ep, &v, 1, NULL, 0, 0, 1, FI_UINT64, FI_SUM, ctx) == -FI_EOPNOTSUPP);
     close_node(&m);
