@@ -965,6 +965,12 @@ impl Engine {
         let all_down = s.rails.iter().all(|r| r.link.is_none());
         let all_gone = s.rails.iter().all(|r| r.gone);
         if all_down && all_gone && self.core.peer_failed(peer).is_none() {
+            if why.contains("another hxcomm release") {
+                // Not a crash: say what it is.
+                error!("hxcomm {whoami}: cannot talk to {who}: {why}");
+                self.core.fail_peer(peer, &format!("{who}: {why}"));
+                return;
+            }
             error!("hxcomm {whoami}: {who} closed its connections ({why} on rail {label}); it has exited or crashed");
             self.core.fail_peer(
                 peer,

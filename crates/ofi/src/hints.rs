@@ -28,7 +28,8 @@ pub const MAX_ERR_DATA: usize = 256;
 /// Registration is a no-op (we never need it), so any count and iov count is fine.
 pub const MR_CNT: usize = 1 << 20;
 pub const MR_IOV_LIMIT: usize = 1024;
-pub const PROTOCOL_VERSION: u32 = 1;
+/// hxcomm's wire protocol (crates/wire: version 2 since remote memory access).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 pub const CAPS_PRIMARY: u64 =
     FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;

@@ -46,6 +46,9 @@ pub(crate) enum Delivery {
     Waiting,
     Sent,
     Told,
+    /// An eager write the target refused (the reason's code) before its frame had all left:
+    /// it fails once it has, so its buffer is not read after its completion.
+    Refused(u64),
 }
 
 pub(crate) struct RecvState {

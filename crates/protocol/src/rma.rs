@@ -104,7 +104,11 @@ pub trait Regions<B: Buffer>: Send {
         -> Result<B, RmaRefusal>;
 
     /// A write into a buffer [`resolve`](Self::resolve) gave is complete (all of it placed).
-    /// Memory lent in place needs nothing more; a copy goes where it belongs here.
+    /// Memory lent in place needs nothing more; a copy goes where it belongs here. This runs
+    /// when the driver takes the core's finished requests, which may be after the writer was
+    /// told its write is placed (the word back leaves with the next write): a driver that needs
+    /// the writer's completion to mean "visible here" lends its memory in place, as the engine
+    /// does.
     fn placed(&mut self, _key: u64, _addr: u64, _buf: B) {}
 
     /// Applies `op` to the element of type `ty` at `addr` of region `key`; returns its old
@@ -792,10 +796,34 @@ impl<B: Buffer> Core<B> {
         n
     }
 
+    /// An eager write of ours that the target refused (a Cts with no write waiting for it):
+    /// the target decides when the header arrives, possibly before the whole frame has left
+    /// here, and the frame still reads the request's buffer until it has.
+    pub(crate) fn eager_write_refused(&mut self, peer: Rank, seq: u64, req: ReqId, code: u64) {
+        self.peers[peer as usize].delivery_wait.remove(&seq);
+        if let Some(Request {
+            kind: ReqKind::Send(s),
+            ..
+        }) = self.reqs.get_mut(req)
+        {
+            if s.delivery == Delivery::Waiting {
+                // Failed by eager_sent once the frame is out.
+                s.delivery = Delivery::Refused(code);
+                return;
+            }
+        }
+        self.fail_refused_write(peer, req, code);
+    }
+
     /// A write of ours that the target refused (its Cts said so).
     pub(crate) fn write_refused(&mut self, peer: Rank, seq: u64, req: ReqId, code: u64) {
         // A write over a lossless link waited for the target's word too.
         self.peers[peer as usize].delivery_wait.remove(&seq);
+        self.fail_refused_write(peer, req, code);
+    }
+
+    /// Fails write `req` to `peer` with the target's refusal `code`.
+    pub(crate) fn fail_refused_write(&mut self, peer: Rank, req: ReqId, code: u64) {
         let (key, len) = match self.reqs.get_mut(req) {
             Some(Request {
                 kind: ReqKind::Send(s),
@@ -987,12 +1015,15 @@ mod tests {
             }
             cores[from].tx_done(to as Rank, 0, len);
         }
+        // The headers, from the first whole frame on (a frame cut by an earlier partial
+        // write continues first).
         let mut heads = Vec::new();
         let mut rest = &bytes[..];
-        while !rest.is_empty() {
-            let (h, hlen) = FrameHeader::parse(rest).unwrap();
+        while let Ok((h, hlen)) = FrameHeader::parse(rest) {
             heads.push(h);
-            rest = &rest[hlen + h.payload_len as usize..];
+            rest = rest
+                .get(hlen + h.payload_len as usize..)
+                .unwrap_or_default();
         }
         let mut rest = &bytes[..];
         while !rest.is_empty() {
@@ -1146,6 +1177,66 @@ mod tests {
                 0,
                 "the target's requests are freed"
             );
+        }
+    }
+
+    /// The target refuses an eager write when its header arrives, which may be before the
+    /// whole frame has left the writer: the write fails only once it has (the frame reads the
+    /// request's buffer until then), and the rail goes on.
+    #[test]
+    fn an_eager_write_refused_mid_frame_fails_once_its_frame_is_out() {
+        for lossless in [true, false] {
+            let mut cores = [0u32, 1].map(|r| {
+                let mut c = Core::new(r, 2, Config::default());
+                c.set_rails(1 - r, 1);
+                c.set_lossless(1 - r, lossless);
+                c
+            });
+            let mem = std::sync::Arc::new(std::sync::Mutex::new(vec![0u8; 1 << 16]));
+            cores[1].set_regions(Box::new(Mem(mem)));
+            cores[0].track_finished();
+            let r = cores[0].write(1, 9, 0, vec![5; 20_000]).unwrap();
+            // The header and a little of the payload leave; the target reads them.
+            let mut part = Vec::new();
+            {
+                let mut iov = [std::io::IoSlice::new(&[]); 8];
+                let n = cores[0].tx_iovecs(1, 0, &mut iov);
+                for s in &iov[..n] {
+                    part.extend_from_slice(s);
+                }
+            }
+            part.truncate(300);
+            cores[0].tx_done(1, 0, part.len());
+            let space = cores[1].rx_space(0, 0);
+            space[..part.len()].copy_from_slice(&part);
+            cores[1].rx_done(0, 0, part.len()).unwrap();
+            let answer = exchange(&mut cores, 1, 0);
+            assert!(answer.iter().any(|h| h.flags == FLAG_REFUSED), "{answer:?}");
+            assert!(
+                cores[0].is_pending(r),
+                "failed while its frame was still being written"
+            );
+            // The rest of the frame goes, and behind it a message.
+            cores[0].send(1, 0, 0, 3, vec![7; 10]).unwrap();
+            let rx = cores[1].recv(0, Some(0), Some(3), vec![0; 10]).unwrap();
+            exchange(&mut cores, 0, 1);
+            assert_eq!(
+                cores[1].take(rx).unwrap().1,
+                vec![7; 10],
+                "the rail went on"
+            );
+            let (done, _) = cores[0].take(r).unwrap();
+            assert!(
+                matches!(
+                    done,
+                    Completion::Failed(ProtoError::Refused {
+                        why: RmaRefusal::UnknownKey,
+                        ..
+                    })
+                ),
+                "{done:?}"
+            );
+            exchange(&mut cores, 1, 0);
         }
     }
 

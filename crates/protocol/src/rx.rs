@@ -555,7 +555,7 @@ impl<B: Buffer> Core<B> {
                         && p.delivery_wait.contains_key(&h.seq) =>
                     {
                         let (req, _, _) = p.delivery_wait[&h.seq];
-                        self.write_refused(peer, h.seq, req, h.data)
+                        self.eager_write_refused(peer, h.seq, req, h.data)
                     }
                     // A resent CTS for data already under way.
                     None if h.seq < p.tx_seq => {}
@@ -816,8 +816,11 @@ impl<B: Buffer> Core<B> {
                         self.peers[from as usize].rdv_recv.remove(&seq);
                         self.peers[from as usize].direct_granted.remove(&seq);
                         // The sender completes when its data is acknowledged, on every rail
-                        // that carried some.
-                        self.ack_all_rails(from);
+                        // that carried some (an eager write: on the word, which carries an
+                        // acknowledgement itself).
+                        if p.kind != FrameKind::Eager {
+                            self.ack_all_rails(from);
+                        }
                     }
                 }
             }

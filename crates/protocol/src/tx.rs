@@ -513,9 +513,17 @@ impl<B: Buffer> Core<B> {
     /// receiver's word and that has not come yet.
     fn eager_sent(&mut self, req: ReqId, item: &TxItem) {
         if let Some(ReqKind::Send(s)) = self.reqs.get_mut(req).map(|r| &mut r.kind) {
-            if s.delivery == crate::core::Delivery::Waiting {
-                s.delivery = crate::core::Delivery::Sent;
-                return;
+            match s.delivery {
+                crate::core::Delivery::Waiting => {
+                    s.delivery = crate::core::Delivery::Sent;
+                    return;
+                }
+                crate::core::Delivery::Refused(code) => {
+                    let peer = s.peer;
+                    self.fail_refused_write(peer, req, code);
+                    return;
+                }
+                _ => {}
             }
         }
         let src_ep = u16::from_le_bytes([item.hdr[6], item.hdr[7]]);

@@ -227,10 +227,14 @@ impl FrameHeader {
             })
         };
         let rma = self.flags & (FLAG_RMA | FLAG_READ);
-        // On an Eager frame: a read's answer, or a write with its bytes.
+        // On an Eager frame: a read's answer, or a write with its bytes; nothing that would
+        // make either a message (immediate data, a word back, a direct copy).
         let eager_rma = self.kind == FrameKind::Eager && (rma == FLAG_READ || rma == FLAG_RMA);
         if rma != 0 && self.kind != FrameKind::Rts && !eager_rma {
             return bad("remote memory access flags", self.flags as u64);
+        }
+        if eager_rma && self.flags & !(FLAG_RMA | FLAG_READ | FLAG_ACK_REQ) != 0 {
+            return bad("flags beside remote memory access", self.flags as u64);
         }
         if self.flags & FLAG_REFUSED != 0 {
             let answer = self.kind == FrameKind::Rts && rma == FLAG_READ && self.value == 0;
@@ -657,6 +661,9 @@ mod tests {
             (FrameKind::Cts, FLAG_READ, 0),
             (FrameKind::Eager, FLAG_RMA | FLAG_READ, 0),
             (FrameKind::Eager, FLAG_RMA | FLAG_REFUSED, 0),
+            (FrameKind::Eager, FLAG_RMA | FLAG_DELIVERY, 0),
+            (FrameKind::Eager, FLAG_READ | FLAG_DATA, 0),
+            (FrameKind::Eager, FLAG_RMA | FLAG_DIRECT, 0),
             (FrameKind::Eager, FLAG_READ | FLAG_REFUSED, 0),
             (FrameKind::Fin, FLAG_RMA, 0),
             (FrameKind::Rts, FLAG_READ | FLAG_REFUSED, 5),

@@ -25,6 +25,12 @@ pub const HELLO_MAGIC: [u8; 4] = [b'H', b'X', b'H', b'1' + VERSION];
 /// `b'0'` for a challenge, `b'1'` for a hello). Another version parses as
 /// [`WireError::UnsupportedVersion`], anything else as [`WireError::BadMagic`].
 fn check_magic(b: &[u8], ours: &[u8; 4], first: u8) -> Result<(), WireError> {
+    if b.len() < 4 {
+        return Err(WireError::Truncated {
+            need: 4,
+            have: b.len(),
+        });
+    }
     if b[..4] == ours[..] {
         return Ok(());
     }
@@ -217,6 +223,7 @@ mod tests {
         assert_eq!(hello_version(&h), Some(1));
         h[..4].copy_from_slice(&HELLO_MAGIC);
         assert_eq!(hello_version(&h), None);
+        assert_eq!(hello_version(b"HX"), None);
         h[..4].copy_from_slice(b"HXHz");
         assert!(matches!(Hello::parse(&h), Err(WireError::BadMagic { .. })));
         c[..4].copy_from_slice(b"HXC0");
