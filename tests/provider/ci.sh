@@ -137,7 +137,8 @@ ob1rdma=(-np 4 --host "${tb}0:2,${tb}1:2" --map-by node --bind-to none
   --mca pml ob1 --mca btl self,vader,ofi --mca btl_ofi_mode 2 --mca btl_ofi_provider_include hxcomm
   -x FI_PROVIDER_PATH)
 mpirun_testbed "$out/testbed-ob1rdma-c.log" "${ob1rdma[@]}" "$out/correctness"
-# MPI one-sided through osc/rdma: puts, gets and atomics over hxcomm.
+# MPI one-sided through osc/rdma: puts, gets (large, and small ones that hxcomm carries in one
+# frame each way) and atomics over hxcomm.
 mpicc -O2 -Wall -Werror -o "$out/osc" tests/mpi/osc.c
 mpirun_testbed "$out/testbed-ob1rdma-osc.log" "${ob1rdma[@]}" --mca osc rdma "$out/osc"
 ob1rdma[1]=2
