@@ -3,7 +3,8 @@
 #![no_main]
 
 use hx_wire::{
-    eager_view, Address, Challenge, FrameHeader, FrameKind, Hello, FLAG_READ, FLAG_RMA, MIN_HEADER_LEN,
+    eager_view, Address, Challenge, FrameHeader, FrameKind, Hello, FLAG_READ, FLAG_RMA,
+    MIN_HEADER_LEN,
 };
 use libfuzzer_sys::fuzz_target;
 
