@@ -682,16 +682,7 @@ impl<B: Buffer> Core<B> {
             h.payload_len = len as u32;
             if delivery {
                 h.flags |= hx_wire::FLAG_DELIVERY;
-                self.peers[peer as usize]
-                    .delivery_wait
-                    .insert(seq, (req, src_ep, tag));
-                if let Some(Request {
-                    kind: ReqKind::Send(s),
-                    ..
-                }) = self.reqs.get_mut(req)
-                {
-                    s.delivery = Delivery::Waiting;
-                }
+                self.wait_for_word(peer, seq, req, src_ep, tag);
             }
             self.enqueue_on(
                 peer,
@@ -704,6 +695,28 @@ impl<B: Buffer> Core<B> {
             self.enqueue_on(peer, rail, TxItem::new(h, TxBody::None, None));
         }
         Ok(req)
+    }
+
+    /// Send `req` (sequence number `seq` to `peer`) completes only once the target's
+    /// `Delivered` word for it comes, besides having left.
+    pub(crate) fn wait_for_word(
+        &mut self,
+        peer: Rank,
+        seq: u64,
+        req: ReqId,
+        src_ep: EpId,
+        tag: u64,
+    ) {
+        self.peers[peer as usize]
+            .delivery_wait
+            .insert(seq, (req, src_ep, tag));
+        if let Some(Request {
+            kind: ReqKind::Send(s),
+            ..
+        }) = self.reqs.get_mut(req)
+        {
+            s.delivery = Delivery::Waiting;
+        }
     }
 
     /// May `len` bytes go to `peer` eagerly (within the eager limit and the memory it lent us

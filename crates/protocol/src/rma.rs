@@ -307,23 +307,13 @@ impl<B: Buffer> Core<B> {
         h.tag = key;
         h.data = addr;
         h.value = len as u64;
-        let eager = access == Access::Write && self.eager_credit(peer, len);
-        let p = &mut self.peers[peer as usize];
         let rail = match access {
-            Access::Write if eager => {
+            Access::Write if self.eager_credit(peer, len) => {
                 // Small enough to go with the request: placed on arrival, and the target's
                 // word (or its refusal) comes back; one round trip, not two.
                 h.kind = FrameKind::Eager;
                 h.payload_len = len as u32;
-                let p = &mut self.peers[peer as usize];
-                p.delivery_wait.insert(seq, (req, 0, key));
-                if let Some(Request {
-                    kind: ReqKind::Send(s),
-                    ..
-                }) = self.reqs.get_mut(req)
-                {
-                    s.delivery = Delivery::Waiting;
-                }
+                self.wait_for_word(peer, seq, req, 0, key);
                 let rail = self.pick_rail_for(peer, len);
                 self.enqueue_on(
                     peer,
@@ -333,23 +323,18 @@ impl<B: Buffer> Core<B> {
                 return Ok(req);
             }
             Access::Write => {
+                let p = &mut self.peers[peer as usize];
                 p.wait_cts.insert(seq, req);
                 if p.lossless {
                     // Written is not placed: wait for the target's word (a direct copy
                     // places it itself).
-                    p.delivery_wait.insert(seq, (req, 0, key));
-                    if let Some(Request {
-                        kind: ReqKind::Send(s),
-                        ..
-                    }) = self.reqs.get_mut(req)
-                    {
-                        s.delivery = Delivery::Waiting;
-                    }
+                    self.wait_for_word(peer, seq, req, 0, key);
                 }
                 self.pick_rail_for(peer, len)
             }
             Access::Read => {
                 h.flags |= FLAG_READ;
+                let p = &mut self.peers[peer as usize];
                 p.rma_reads.insert(seq, ReadWait { req, key, len });
                 self.pick_rail(peer)
             }
@@ -1036,20 +1021,30 @@ mod tests {
         heads
     }
 
+    /// Two cores joined by one rail, lossless (shared memory) or not; rank 1 has `mem` as
+    /// region 7, rank 0 tracks finished requests.
+    fn joined(
+        lossless: bool,
+        mem: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    ) -> [Core<Vec<u8>>; 2] {
+        let mut cores = [0u32, 1].map(|r| {
+            let mut c = Core::new(r, 2, Config::default());
+            c.set_rails(1 - r, 1);
+            c.set_lossless(1 - r, lossless);
+            c
+        });
+        cores[1].set_regions(Box::new(Mem(mem.clone())));
+        cores[0].track_finished();
+        cores
+    }
+
     #[test]
     fn a_small_read_is_answered_with_its_bytes_in_one_round_trip() {
         for lossless in [true, false] {
             let mem = std::sync::Arc::new(std::sync::Mutex::new(
                 (0..=255u8).cycle().take(1 << 20).collect::<Vec<u8>>(),
             ));
-            let mut cores = [0u32, 1].map(|r| {
-                let mut c = Core::new(r, 2, Config::default());
-                c.set_rails(1 - r, 1);
-                c.set_lossless(1 - r, lossless);
-                c
-            });
-            cores[1].set_regions(Box::new(Mem(mem.clone())));
-            cores[0].track_finished();
+            let mut cores = joined(lossless, &mem);
             let limit = Config::default().eager_limit;
             for (len, eager) in [(8, true), (limit, true), (limit + 1, false)] {
                 let r = cores[0].read(1, 7, 3, vec![0; len]).unwrap();
@@ -1096,14 +1091,7 @@ mod tests {
     fn a_small_write_completes_in_one_round_trip() {
         for lossless in [true, false] {
             let mem = std::sync::Arc::new(std::sync::Mutex::new(vec![0u8; 1 << 20]));
-            let mut cores = [0u32, 1].map(|r| {
-                let mut c = Core::new(r, 2, Config::default());
-                c.set_rails(1 - r, 1);
-                c.set_lossless(1 - r, lossless);
-                c
-            });
-            cores[1].set_regions(Box::new(Mem(mem.clone())));
-            cores[0].track_finished();
+            let mut cores = joined(lossless, &mem);
             let limit = Config::default().eager_limit;
             for (len, key, eager) in [
                 (8, 7, true),
@@ -1186,15 +1174,8 @@ mod tests {
     #[test]
     fn an_eager_write_refused_mid_frame_fails_once_its_frame_is_out() {
         for lossless in [true, false] {
-            let mut cores = [0u32, 1].map(|r| {
-                let mut c = Core::new(r, 2, Config::default());
-                c.set_rails(1 - r, 1);
-                c.set_lossless(1 - r, lossless);
-                c
-            });
             let mem = std::sync::Arc::new(std::sync::Mutex::new(vec![0u8; 1 << 16]));
-            cores[1].set_regions(Box::new(Mem(mem)));
-            cores[0].track_finished();
+            let mut cores = joined(lossless, &mem);
             let r = cores[0].write(1, 9, 0, vec![5; 20_000]).unwrap();
             // The header and a little of the payload leave; the target reads them.
             let mut part = Vec::new();
