@@ -9,6 +9,10 @@
 #
 #   sudo RUNS=3 bash bench/ompi_routes.sh
 #   sudo RUNS=3 RATE=none ROUTES="cm btlofi2 btltcp" bash bench/ompi_routes.sh
+#   sudo RUNS=2 RATE=none ROUTES="cm btltcp" SAME_HOST=0 TESTS="latency:65536:1000:100" bash bench/ompi_routes.sh
+#
+# TESTS: the bench/mpi_osu.c tests between the hosts (default: 8-byte latency, 4 MiB bw and
+# bibw); SAME_HOST=0 skips the same-host latency and the vader line.
 #
 # Needs a release build (the provider in target/release) and bench/mpi_osu.c; takes
 # /tmp/hxcomm-bench.lock and brings its testbed (`obt`) down on exit.
@@ -32,18 +36,24 @@ btlofi=(--mca pml ob1 --mca btl self,vader,ofi --mca btl_ofi_mode 1 --mca btl_of
 btlofi2=(--mca pml ob1 --mca btl self,vader,ofi --mca btl_ofi_mode 2 --mca btl_ofi_provider_include hxcomm)
 btltcp=(--mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include 10.10.0.0/16)
 figures() { grep -o 'usec=[0-9.]*\|mb_per_s=[0-9.]*' | grep -v '=0.00*$' | cut -d= -f2 | tr '\n' ' '; }
-echo "run route: same-host-us | two-hosts: latency-us bw-MB/s bibw-MB/s (raw output in $out)"
+TESTS=${TESTS:-latency:8:5000:500 bw:4194304:10:2:64 bibw:4194304:10:2:64}
+echo "run route: same-host-us | two hosts, in the order of: $TESTS (us or MB/s; raw output in $out)"
 for run in $(seq "$RUNS"); do
-  v=$(timeout 300 mpirun -np 2 --host ${tb}0:2 "${base[@]}" --mca pml ob1 --mca btl self,vader \
-    "$out/osu" latency:8:20000:1000 2>&1 | tee -a "$out/raw.txt" | figures)
-  echo "$run vader: $v"
+  if [ "${SAME_HOST:-1}" = 1 ]; then
+    v=$(timeout 300 mpirun -np 2 --host ${tb}0:2 "${base[@]}" --mca pml ob1 --mca btl self,vader \
+      "$out/osu" latency:8:20000:1000 2>&1 | tee -a "$out/raw.txt" | figures)
+    echo "$run vader: $v"
+  fi
   for route in ${ROUTES:-cm btlofi btlofi2 btltcp}; do
     declare -n args=$route
-    same=$(timeout 300 mpirun -np 2 --host ${tb}0:2 "${base[@]}" "${args[@]}" "$out/osu" \
-      latency:8:20000:1000 2>&1 | tee -a "$out/raw.txt" | figures)
+    same=-
+    if [ "${SAME_HOST:-1}" = 1 ]; then
+      same=$(timeout 300 mpirun -np 2 --host ${tb}0:2 "${base[@]}" "${args[@]}" "$out/osu" \
+        latency:8:20000:1000 2>&1 | tee -a "$out/raw.txt" | figures)
+    fi
+    # shellcheck disable=SC2086 # TESTS is a list of arguments
     two=$(timeout 300 mpirun -np 2 --host ${tb}0,${tb}1 --map-by node "${base[@]}" "${args[@]}" \
-      "$out/osu" latency:8:5000:500 bw:4194304:10:2:64 bibw:4194304:10:2:64 2>&1 \
-      | tee -a "$out/raw.txt" | figures)
+      "$out/osu" $TESTS 2>&1 | tee -a "$out/raw.txt" | figures)
     echo "$run $route: $same | $two"
   done
 done
