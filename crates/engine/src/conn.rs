@@ -423,15 +423,14 @@ impl Engine {
                     ) {
                         Ok(h) => h,
                         Err(e) => {
-                            // Another release will not change its mind: give the rail up.
+                            // Another release will not change its mind, on this rail or any
+                            // other: the peer is given up, saying why (not as a crash).
                             let permanent = e.kind() == ErrorKind::Unsupported;
-                            if permanent {
-                                let (peer, rail) = (c.peer, c.rail);
-                                warn!(
-                                    "hxcomm {}: rail {rail} to {}: {e}",
-                                    self.whoami(),
-                                    self.who(peer)
-                                );
+                            if permanent && self.core.peer_failed(c.peer).is_none() {
+                                let peer = c.peer;
+                                let who = self.who(peer);
+                                error!("hxcomm {}: cannot talk to {who}: {e}", self.whoami());
+                                self.core.fail_peer(peer, &format!("{who}: {e}"));
                             }
                             self.connect_failed(slot, &e.to_string(), permanent);
                             return;
@@ -965,12 +964,6 @@ impl Engine {
         let all_down = s.rails.iter().all(|r| r.link.is_none());
         let all_gone = s.rails.iter().all(|r| r.gone);
         if all_down && all_gone && self.core.peer_failed(peer).is_none() {
-            if why.contains("another hxcomm release") {
-                // Not a crash: say what it is.
-                error!("hxcomm {whoami}: cannot talk to {who}: {why}");
-                self.core.fail_peer(peer, &format!("{who}: {why}"));
-                return;
-            }
             error!("hxcomm {whoami}: {who} closed its connections ({why} on rail {label}); it has exited or crashed");
             self.core.fail_peer(
                 peer,

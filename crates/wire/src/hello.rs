@@ -145,9 +145,8 @@ impl Hello {
 mod tests {
     use super::*;
 
-    #[test]
-    fn hello_fixed_bytes() {
-        let from = Address {
+    fn address() -> Address {
+        Address {
             flags: 0,
             ep: 0,
             instance: 9,
@@ -155,7 +154,12 @@ mod tests {
             pid: 2,
             port: 3,
             rails: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn hello_fixed_bytes() {
+        let from = address();
         let h = Hello {
             rail: 1,
             flags: 0,
@@ -198,15 +202,7 @@ mod tests {
             Challenge::parse(&c),
             Err(WireError::UnsupportedVersion { found: 1 })
         );
-        let from = Address {
-            flags: 0,
-            ep: 0,
-            instance: 9,
-            host: 1,
-            pid: 2,
-            port: 3,
-            rails: vec![],
-        };
+        let from = address();
         let mut h = Hello {
             rail: 0,
             flags: 0,
