@@ -1792,6 +1792,7 @@ impl Engine {
                     break;
                 }
             }
+            self.judge_links(p);
             self.core.tx_round(p, false);
         }
         dirty.clear();
@@ -1799,19 +1800,47 @@ impl Engine {
     }
 
     /// Rounds of turns on `peer`'s rails begin: adaptive striping with work to pull first
-    /// learns how much each socket still has to carry (one ioctl per rail).
+    /// learns how much each socket still has to carry (one ioctl per rail; none when every link
+    /// keeps up with writes), and how fast a link drained what the last judged flush left in it.
     fn start_rounds(&mut self, peer: Rank) {
-        if self.core.pull_pending(peer) {
-            let now = self.created.elapsed().as_micros() as u64;
-            for (rail, r) in self.peers[peer as usize].rails.iter().enumerate() {
-                let backlog = match r.link.as_ref() {
-                    Some(l) if !l.polled() => tcp::send_backlog(l.fd()).unwrap_or(0),
-                    _ => 0,
-                };
+        let pull = self.core.wants_link_backlogs(peer);
+        let mut now = None;
+        for rail in 0..self.peers[peer as usize].rails.len() {
+            let timing = self.core.wants_backlog_before_write(peer, rail);
+            if !pull && !timing {
+                continue;
+            }
+            let now = *now.get_or_insert_with(|| self.created.elapsed().as_micros() as u64);
+            let backlog = match self.peers[peer as usize].rails[rail].link.as_ref() {
+                Some(l) if !l.polled() => tcp::send_backlog(l.fd()).unwrap_or(0),
+                _ => 0,
+            };
+            if pull {
                 self.core.set_link_backlog(peer, rail, backlog, now);
+            }
+            if timing {
+                self.core.backlog_before_write(peer, rail, backlog, now);
             }
         }
         self.core.tx_round(peer, true);
+    }
+
+    /// Adaptive: after a flush, how much of what it wrote each socket still holds (one ioctl
+    /// per rail the core asks about): whether the links keep up with writes.
+    fn judge_links(&mut self, peer: Rank) {
+        let mut now = None;
+        for rail in 0..self.peers[peer as usize].rails.len() {
+            let fd = match self.peers[peer as usize].rails[rail].link.as_ref() {
+                Some(l) if !l.polled() => l.fd(),
+                _ => continue,
+            };
+            if self.core.wants_backlog_after_write(peer, rail) {
+                if let Ok(backlog) = tcp::send_backlog(fd) {
+                    let now = *now.get_or_insert_with(|| self.created.elapsed().as_micros() as u64);
+                    self.core.backlog_after_write(peer, rail, backlog, now);
+                }
+            }
+        }
     }
 
     fn flush_rail(&mut self, peer: Rank, rail: usize) {

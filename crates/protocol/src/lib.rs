@@ -21,6 +21,7 @@
 mod atomic;
 mod buffer;
 mod core;
+mod keep_up;
 mod rma;
 mod rx;
 pub mod sim;

@@ -805,6 +805,15 @@ impl<B: Buffer> Core<B> {
             && p.rails.iter().filter(|r| r.up).nth(1).is_some()
     }
 
+    /// Adaptive: the pull rounds about to start want each link's backlog
+    /// ([`set_link_backlog`](Self::set_link_backlog)) to share the work out: work is pending,
+    /// and some rail's link does not keep up with writes (those that do take all they can).
+    pub fn wants_link_backlogs(&self, peer: Rank) -> bool {
+        let p = &self.peers[peer as usize];
+        self.pull_pending(peer)
+            && (p.streaming() || (0..p.rails.len()).any(|r| p.rails[r].up && !p.keeps_up(r)))
+    }
+
     /// Adaptive: at `now` (microseconds on any steady clock), `rail`'s link holds `backlog`
     /// bytes of what was written to it and has not delivered them yet (a socket's unsent and
     /// unacknowledged bytes). The driver reports it before [`tx_round`](Self::tx_round); links
@@ -842,6 +851,50 @@ impl<B: Buffer> Core<B> {
         };
     }
 
+    /// Adaptive: after a flush of `peer`'s rails (between [`tx_round`](Self::tx_round)'s start
+    /// and end), should the driver report how much of what it wrote `rail`'s link still holds
+    /// ([`backlog_after_write`](Self::backlog_after_write))? Only after flushes that wrote
+    /// enough to tell, and once a link is judged, only now and then (each report costs a
+    /// syscall).
+    pub fn wants_backlog_after_write(&mut self, peer: Rank, rail: usize) -> bool {
+        let p = &mut self.peers[peer as usize];
+        // (A stream takes whole messages per rail whatever the links do: nothing to judge for.)
+        if self.cfg.policy != Policy::Adaptive || p.rails.len() < 2 || p.streaming() {
+            return false;
+        }
+        match p.rails.get_mut(rail) {
+            Some(r) if r.up => r.keep_up.wants_judging(r.tx_bytes),
+            _ => false,
+        }
+    }
+
+    /// Adaptive: right after this flush's writes, at `now` (microseconds on any steady clock),
+    /// `rail`'s link still holds `backlog` bytes (a socket's unsent and unacknowledged bytes):
+    /// whether it keeps up with writes ([`KeepUp`](crate::keep_up::KeepUp)).
+    pub fn backlog_after_write(&mut self, peer: Rank, rail: usize, backlog: usize, now: u64) {
+        if let Some(r) = self.peers[peer as usize].rails.get_mut(rail) {
+            r.keep_up.judge(r.tx_bytes, backlog, now);
+        }
+    }
+
+    /// Adaptive: before a flush writes to `rail`, does the core want to know how much its link
+    /// still holds ([`backlog_before_write`](Self::backlog_before_write))? Only after a flush
+    /// that left much behind: how fast it drains tells a token bucket with tokens from a link
+    /// that keeps up.
+    pub fn wants_backlog_before_write(&self, peer: Rank, rail: usize) -> bool {
+        self.peers[peer as usize]
+            .rails
+            .get(rail)
+            .is_some_and(|r| r.keep_up.timing())
+    }
+
+    /// Adaptive: before this flush writes, at `now`, `rail`'s link holds `backlog` bytes.
+    pub fn backlog_before_write(&mut self, peer: Rank, rail: usize, backlog: usize, now: u64) {
+        if let Some(r) = self.peers[peer as usize].rails.get_mut(rail) {
+            r.keep_up.time_drain(backlog, now);
+        }
+    }
+
     /// The driver starts (`start`) or ends rounds of turns on `peer`'s rails, one write each
     /// per round until no rail takes more. Adaptive: in them each rail pulls at most its share
     /// of what is waiting, the share after which every link would be done at the same time
@@ -854,6 +907,9 @@ impl<B: Buffer> Core<B> {
         let p = &mut self.peers[peer as usize];
         for r in &mut p.rails {
             r.turn_cap = usize::MAX;
+            if start {
+                r.keep_up.flush_starts(r.tx_bytes);
+            }
         }
         if !start || p.pull_q.is_empty() || self.cfg.policy != Policy::Adaptive {
             return;
@@ -939,7 +995,7 @@ impl<B: Buffer> Core<B> {
         // all at the end (4 unlimited rails, 1 MiB one way: 1.14x, both ways 1.11x).
         // The last few (fewer in flight than rails x 2) are split again, so rails finish
         // together.
-        let stream = rails > 1 && p.pull_q.len() + p.wait_cts.len() >= 2 * rails;
+        let stream = p.streaming();
         // No chunk shorter than MIN_CHUNK_LINK_US of this rail's link: on a fast link a short
         // chunk costs more (a frame, a write, a read, often a wakeup) than carrying it beside
         // others saves. On 1 Gbit/s that is 12 KiB (below min_chunk: no change); on unlimited
@@ -947,15 +1003,24 @@ impl<B: Buffer> Core<B> {
         // chunks (bw with 8 messages in flight: 0.83-0.87x round robin's rate at 128-512 KiB).
         // Unknown rate: min_chunk.
         let min = ((p.rails[rail].drain.rate * MIN_CHUNK_LINK_US) as usize).clamp(min, max);
-        let mut budget = p.rails[rail]
-            .turn_cap
-            .saturating_sub(p.rails[rail].round_pulled);
+        // A link that keeps up with writes (the CPU is the limit) takes whole chunks of all
+        // that waits, as a lone rail does: pieces for other rails would only add writes and
+        // reads (4 unlimited rails, ping-pong: 1.4-1.6x bind's time at 64-128 KiB).
+        // (Not in a stream: there every rail has whole messages of its own already, and one
+        // that took all would leave the others idle: 256-512 KiB one way, 0.4x.)
+        let keeps_up = !stream && p.keeps_up(rail);
+        let mut budget = match keeps_up {
+            true => usize::MAX,
+            false => p.rails[rail]
+                .turn_cap
+                .saturating_sub(p.rails[rail].round_pulled),
+        };
         while i < p.pull_q.len() && chunks < slots.max(1) && budget > 0 {
             let job = &mut p.pull_q[i];
             let left = job.end - job.next;
             let n = if job.whole {
                 left
-            } else if rails == 1 {
+            } else if rails == 1 || keeps_up {
                 left.min(max)
             } else if stream {
                 // Whole, unless this rail's share of the round is smaller (a slower link).
@@ -976,12 +1041,13 @@ impl<B: Buffer> Core<B> {
             job.next += n;
             if job.next == job.end {
                 p.pull_q.remove(i);
-            } else if rails > 1 && !stream {
+            } else if rails > 1 && !stream && !keeps_up {
                 i += 1;
             }
             let r = &mut p.rails[rail];
             r.queued += item.total_len();
             r.round_pulled += n;
+            r.keep_up.pulled = true;
             r.tx.push_back(item);
             chunks += 1;
         }
@@ -1350,6 +1416,87 @@ mod pull_tests {
         c.set_link_backlog(1, 0, 300 * kib, 1);
         c.pull_turn(1, 0, 32);
         assert_eq!(chunks(&c, 0).len(), 16);
+    }
+
+    /// Flushes that each pull 64 KiB for `rail` until the core asks how much the link still
+    /// holds (a link judged to keep up is asked only every few flushes); the driver answers
+    /// `backlog` bytes, at `now`.
+    fn judged(c: &mut Core<Vec<u8>>, rail: usize, backlog: usize, now: u64) {
+        for _ in 0..8 {
+            c.tx_round(1, true);
+            let r = &mut c.peers[1].rails[rail];
+            r.tx_bytes += 64 * 1024;
+            r.keep_up.pulled = true;
+            let asked = c.wants_backlog_after_write(1, rail);
+            if asked {
+                c.backlog_after_write(1, rail, backlog, now);
+            }
+            c.tx_round(1, false);
+            if asked {
+                return;
+            }
+        }
+        panic!("rail {rail} was never judged");
+    }
+
+    #[test]
+    fn where_links_keep_up_a_quiet_pair_stays_on_its_rail_and_a_message_is_not_cut() {
+        let kib = 1024;
+        // Unjudged links: a quiet pair's 16 KiB messages rotate (a rate-limited rail's next
+        // one should not wait behind the last), a lone 256 KiB message is cut for every rail.
+        let mut c = core(4, 0, 0);
+        let picks: Vec<_> = (0..4).map(|_| c.pick_rail_for(1, 16 * kib)).collect();
+        assert_eq!(picks, [Some(0), Some(1), Some(2), Some(3)]);
+        let mut c = core(4, 1, 256 * kib);
+        c.pull_turn(1, 0, 32);
+        assert_eq!(chunks(&c, 0), vec![(0, 0, 32 * kib)]);
+        // Every link emptied right after a flush (veth, loopback: the CPU is the limit).
+        for rail in 0..4 {
+            judged(&mut c, rail, 0, 1);
+        }
+        assert!(!c.wants_link_backlogs(1), "no ioctl before rounds");
+        c.pull_turn(1, 1, 32);
+        assert_eq!(chunks(&c, 1), vec![(0, 32 * kib as u64, 224 * kib)]);
+        // Once that has left (a quiet pair again), 16 KiB messages keep to the pair's rail.
+        for r in &mut c.peers[1].rails {
+            r.tx.clear();
+            r.queued = 0;
+        }
+        let bound = 1; // (rank 0 + rank 1) % 4
+        for _ in 0..4 {
+            assert_eq!(c.pick_rail_for(1, 16 * kib), Some(bound));
+        }
+        // One link seen draining slowly (a token bucket out of tokens): rotate again, on every
+        // rail, since the others' buckets run dry too once they carry what it did.
+        judged(&mut c, 2, 48 * kib, 10);
+        assert!(c.wants_backlog_before_write(1, 2));
+        c.backlog_before_write(1, 2, 0, 10 + 48 * kib as u64 / 125);
+        assert!(c.peers[1].rails[2].keep_up.slow());
+        let picks: Vec<_> = (0..4).map(|_| c.pick_rail_for(1, 16 * kib)).collect();
+        assert!(picks.iter().any(|&p| p != Some(bound)), "{picks:?}");
+        assert!(c.wants_link_backlogs(1) || !c.pull_pending(1));
+    }
+
+    #[test]
+    fn links_are_judged_only_by_adaptive_and_not_in_a_stream() {
+        // A stream: every rail takes whole messages of its own whatever the links do.
+        let mut c = core(4, 12, 64 * 1024);
+        c.tx_round(1, true);
+        c.peers[1].rails[0].tx_bytes += 64 * 1024;
+        c.peers[1].rails[0].keep_up.pulled = true;
+        assert!(!c.wants_backlog_after_write(1, 0));
+        // Round robin never asks.
+        let mut c = core(4, 1, 256 * 1024);
+        c.cfg.policy = Policy::RoundRobin;
+        c.tx_round(1, true);
+        c.peers[1].rails[0].tx_bytes += 64 * 1024;
+        c.peers[1].rails[0].keep_up.pulled = true;
+        assert!(!c.wants_backlog_after_write(1, 0));
+        // A flush with no pulled data (eager messages, control frames) says nothing.
+        let mut c = core(4, 1, 256 * 1024);
+        c.tx_round(1, true);
+        c.peers[1].rails[0].tx_bytes += 64 * 1024;
+        assert!(!c.wants_backlog_after_write(1, 0));
     }
 
     #[test]
