@@ -54,6 +54,10 @@ pub(crate) struct KeepUp {
     /// the link counts as slow.
     slow_share: f32,
     slow_for: u32,
+    /// The last timed backlog drained fast: what a flush left was held by something other
+    /// than the wire (the receiver's window, still small on a fresh socket, held half of each
+    /// 128 KiB write over veth), so a large share left says nothing against the link.
+    drained_fast: bool,
 }
 
 impl Default for KeepUp {
@@ -69,13 +73,14 @@ impl Default for KeepUp {
             // clears it.
             slow_share: SLOW_SHARE,
             slow_for: 0,
+            drained_fast: false,
         }
     }
 }
 
 impl KeepUp {
     pub fn keeps_up(&self) -> bool {
-        self.left < LEFT_MAX && !self.slow()
+        (self.left < LEFT_MAX || self.drained_fast) && !self.slow()
     }
 
     /// The link was lately seen to drain slowly.
@@ -138,6 +143,7 @@ impl KeepUp {
             return;
         }
         let slow = (left - backlog) as f64 / (span as f64) < SLOW_DRAIN;
+        self.drained_fast = !slow;
         self.slow_share += (f32::from(u8::from(slow)) - self.slow_share) / 4.0;
         if self.slow_share < SLOW_SHARE {
             self.slow_for = 0;
@@ -316,6 +322,33 @@ mod tests {
         k.time_drain(70 * 1024, 400);
         assert!(!k.timing());
         assert_eq!(k.slow_for, 0);
+    }
+
+    #[test]
+    fn a_backlog_that_drains_fast_does_not_count_against_the_link() {
+        let mut k = KeepUp::default();
+        let mut now = 1;
+        judged(&mut k, 128 * KIB, 0, now);
+        assert!(k.keeps_up());
+        // Half of each 128 KiB write waits for the receiver's window, and goes within 40 us.
+        for _ in 0..8 {
+            judge(&mut k, 128 * KIB, 64 * 1024, now);
+            assert!(k.timing());
+            now += 40;
+            k.time_drain(0, now);
+            assert!(k.keeps_up());
+            judge(&mut k, 128 * KIB, 0, now);
+            assert!(k.keeps_up());
+        }
+        // The same backlogs drained at 1 Gbit/s (the wire): at once not keeping up, and after
+        // a few a slow link.
+        for i in 0..3 {
+            judge(&mut k, 128 * KIB, 64 * 1024, now);
+            now += 64 * 1024 / 125;
+            k.time_drain(0, now);
+            assert!(!k.keeps_up());
+            assert_eq!(k.slow(), i == 2);
+        }
     }
 
     #[test]
