@@ -79,14 +79,16 @@ pair fi_rdm_pingpong -b -v -I 200
 # too (with out-of-band sync a pre-posted receive is left over and the tags shift by one per
 # message size); it runs with fabtests' default addressing.
 pair fi_rdm_tagged_bw -v -I 50
-# Remote memory access (fi_read / fi_write, data checked), as runfabtests.sh runs fi_rma_bw, and
-# with delivery-complete writes (-U, what Open MPI's btl/ofi asks for); once with fabtests'
-# default addressing. writedata needs remote CQ data with RMA, which hxcomm does not offer.
-for op in write read; do
+# Remote memory access (fi_read / fi_write / fi_writedata, data checked), as runfabtests.sh runs
+# fi_rma_bw, and with delivery-complete writes (-U, what Open MPI's btl/ofi asks for); once with
+# fabtests' default addressing. writedata: the target waits for each write's remote CQ data on
+# its receive CQ.
+for op in write read writedata; do
   pair fi_rma_bw -b -e rdm -o $op -v -I 20
   pair fi_rma_bw -b -e rdm -o $op -v -U -S all -I 3
 done
 pair fi_rma_bw -e rdm -o write -v -I 20
+pair fi_rma_bw -e rdm -o writedata -v -I 20
 # Atomics (fi_atomic, fi_fetch_atomic, fi_compare_atomic: one element of an integer type), as
 # runfabtests.sh runs fi_rdm_atomic: every op on every datatype (those hxcomm does not offer,
 # floating-point, complex and 128-bit, are reported unsupported by fi_atomicvalid and skipped),

@@ -815,6 +815,13 @@ impl Engine {
         Ok(self.core.probe_matching(ep, filter))
     }
 
+    /// Whether a message `filter` takes already waits on `ep`, without a round of progress
+    /// (what earlier rounds brought): a look of a few instructions for a caller that makes
+    /// its rounds itself.
+    pub fn message_waiting(&self, ep: EpId, filter: Filter) -> bool {
+        self.core.probe_matching(ep, filter).is_some()
+    }
+
     /// Makes progress, then takes the first message `filter` takes out of matching (a matched
     /// probe); returns a claim to receive it with ([`irecv_claimed`](Self::irecv_claimed)) or
     /// drop ([`discard_claimed`](Self::discard_claimed)).

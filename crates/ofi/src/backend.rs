@@ -238,6 +238,39 @@ pub trait Backend: Send {
             "remote memory access is not supported by this backend",
         ))
     }
+    /// fi_writedata: as [`write`](Self::write), and once the peer has placed all of it, `data`
+    /// goes to it as remote CQ data: its [`watch_remote_writes`](Self::watch_remote_writes) op
+    /// completes with it (a receive of the write's length, from this endpoint). The op
+    /// completes once that notice has left.
+    ///
+    /// # Safety
+    /// As [`write`](Self::write).
+    unsafe fn write_data(
+        &mut self,
+        ep: u16,
+        peer: PeerId,
+        buf: SendBuf,
+        addr: u64,
+        key: u64,
+        data: u64,
+    ) -> Result<OpId, BackendError> {
+        let _ = (ep, peer, buf, addr, key, data);
+        Err(BackendError::new(
+            crate::sys::FI_ENOSYS,
+            "remote CQ data with writes is not supported by this backend",
+        ))
+    }
+    /// From now until the endpoint closes, every remote write with CQ data that peers make to
+    /// endpoint `ep` ([`write_data`](Self::write_data)) completes the returned op again, as a
+    /// receive: `len` the write's length, `data` its CQ data, `src` the writer. The op never
+    /// completes otherwise (nor in error); closing the endpoint ends it.
+    fn watch_remote_writes(&mut self, ep: u16) -> Result<OpId, BackendError> {
+        let _ = ep;
+        Err(BackendError::new(
+            crate::sys::FI_ENOSYS,
+            "remote CQ data with writes is not supported by this backend",
+        ))
+    }
     /// fi_atomic / fi_fetch_atomic / fi_compare_atomic on one element at `addr` of `peer`'s
     /// region `key`: `operand` (and `compare`, for ops that take one) hold the element's value
     /// in their low `ty.width()` bytes. Once the peer has applied it, the element's old value

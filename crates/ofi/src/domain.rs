@@ -101,6 +101,7 @@ pub enum Report {
 /// the bindings) goes (`ep_close`), and a domain closes only without endpoints. So they are
 /// only followed under the domain lock. (Counted references cost four atomic operations per
 /// receive.)
+#[derive(Clone, Copy)]
 pub struct Pending {
     pub cq: *const CqShared,
     pub av: *const AvShared,
@@ -109,6 +110,8 @@ pub struct Pending {
     pub flags: u64,
     pub report: Report,
     pub ep: u16,
+    /// Completes again and again (the watch for remote writes with CQ data): stays pending.
+    pub keep: bool,
 }
 
 // SAFETY: the pointers are only followed under the domain lock (see `Pending`), and
@@ -514,6 +517,9 @@ fn drive_read_round(st: &mut DomainState, cq: &CqShared, poll: bool) -> Result<D
 fn deliver_all(pending: &mut PendingMap, done: &mut Vec<Done>) {
     for d in done.drain(..) {
         if let Some(p) = pending.remove(&d.op) {
+            if p.keep {
+                pending.insert(d.op, p);
+            }
             deliver(p, d);
         }
     }
@@ -1012,6 +1018,7 @@ mod tests {
             flags: FI_RECV,
             report: Report::Always,
             ep: (context % 3) as u16,
+            keep: false,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The provider's backend over the hxcomm engine: one `Engine` per domain (one process identity,
-//! one set of listeners and rails), each fi endpoint a pair of engine endpoints (tagged and
-//! untagged messages are separate matching spaces), peers as the engine knows them (by address,
-//! connected on first use).
+//! one set of listeners and rails), each fi endpoint three engine endpoints (tagged and
+//! untagged messages are separate matching spaces; the third carries the notices of remote
+//! writes with CQ data), peers as the engine knows them (by address, connected on first use).
 
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
@@ -44,7 +44,35 @@ struct Op {
     /// of a send (closing it gives the send a copy of its buffer); `NO_EP` for claimed
     /// messages.
     ep: u16,
+    /// What its completion means beyond a plain send or receive.
+    then: Then,
 }
+
+/// The steps of fi_writedata: the write, then a notice carrying its CQ data to the target's
+/// third engine endpoint (sent only once the data is placed, so the target's completion never
+/// comes before the data), reported as the op once that has left; at the target, the notice
+/// received, reported as the watch op of its fi endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Then {
+    Nothing,
+    /// A write of `len` bytes; when placed, send the notice (engine endpoints and peer).
+    Notify {
+        src_ep: u16,
+        rank: Rank,
+        dst_ep: u16,
+        len: usize,
+        data: u64,
+    },
+    /// The notice of a placed write of `len` bytes: when it has left, the write is done.
+    Notified {
+        len: usize,
+    },
+    /// A notice received: the write's length is in its tag.
+    Notice,
+}
+
+/// A notice's tag: this bit, and the write's length (a message is at most 2^36 bytes).
+const NOTICE_TAG: u64 = 1 << 62;
 
 const NO_EP: u16 = u16::MAX;
 
@@ -71,6 +99,9 @@ struct Parked {
 }
 
 const PARKED_BIT: u64 = 1 << 63;
+/// The ops of [`Backend::watch_remote_writes`]: these bits and the fi endpoint (parked
+/// receives count below bit 62).
+const WATCH_BITS: u64 = PARKED_BIT | 1 << 62;
 
 /// At most this many receives are parked at once; one more posts them all.
 const PARKED_MAX: usize = 256;
@@ -112,8 +143,10 @@ pub struct EngineBackend {
     engine: Option<Engine>,
     /// Idle polls left that skip their round ([`lonely_skip`](Self::lonely_skip)).
     lonely_polls: u32,
-    /// fi endpoint k uses engine endpoints 2k (tagged) and 2k+1 (untagged).
+    /// fi endpoint k uses engine endpoints 3k (tagged), 3k+1 (untagged) and 3k+2 (notices).
     next_ep: u16,
+    /// fi endpoints watching for remote writes with CQ data, with their watch op's id.
+    watched: Vec<(u16, OpId)>,
     peers: Vec<(Rank, u16)>,
     peer_ids: HashMap<(Rank, u16), PeerId>,
     /// The last answer of `peer_id`.
@@ -179,8 +212,21 @@ impl Drop for EngineBackend {
     }
 }
 
+/// Engine endpoints per fi endpoint: tagged, untagged, notices of remote writes.
+const ENGINE_EPS: u16 = 3;
+
 fn engine_eps(k: u16, tagged: bool) -> u16 {
-    2 * k + u16::from(!tagged)
+    ENGINE_EPS * k + u16::from(!tagged)
+}
+
+/// The engine endpoint fi endpoint `k` receives notices of remote writes with CQ data on.
+fn notice_ep(k: u16) -> u16 {
+    ENGINE_EPS * k + 2
+}
+
+/// The fi endpoint an engine endpoint belongs to.
+fn fi_ep(engine_ep: u16) -> u16 {
+    engine_ep / ENGINE_EPS
 }
 
 /// The job secret: `HX_JOB_SECRET` (64 hex digits), else the domain's auth_key, else Open MPI's
@@ -301,6 +347,7 @@ impl EngineBackend {
         Ok(EngineBackend {
             engine: Some(engine),
             next_ep: 1,
+            watched: Vec::new(),
             peers: Vec::new(),
             peer_ids: HashMap::default(),
             last_peer: None,
@@ -403,7 +450,7 @@ impl EngineBackend {
         match unsafe { self.eng_mut().irecv_filtered(p.ep, p.filter, buf) } {
             Ok(req) => {
                 self.renamed.insert(p.op, req.to_u64());
-                self.track(req, recv_op(p.op, p.len, p.ep / 2));
+                self.track(req, recv_op(p.op, p.len, fi_ep(p.ep)));
             }
             Err(e) => self.failed.push(failed_op(p.op, true, e)),
         }
@@ -457,7 +504,7 @@ impl EngineBackend {
                              memory"
                         );
                     }
-                    let src = Some(self.peer_id(st.source, st.src_ep / 2));
+                    let src = Some(self.peer_id(st.source, fi_ep(st.src_ep)));
                     out.push(Served {
                         op,
                         len: st.len,
@@ -507,6 +554,128 @@ impl EngineBackend {
         true
     }
 
+    /// Receives the notices of remote writes with CQ data that rounds brought to watching
+    /// endpoints: each completes (at once, from the unexpected queue) as its endpoint's watch
+    /// op. Without a round of its own: a look at the queue per watching endpoint.
+    fn take_notices(&mut self) {
+        let any = Filter {
+            src: None,
+            src_ep: None,
+            tag: TagMatch::ANY,
+        };
+        for i in 0..self.watched.len() {
+            let (k, op) = self.watched[i];
+            // (Bounded: each receive takes one notice out of the queue.)
+            for _ in 0..PARKED_MAX {
+                if !self.eng().message_waiting(notice_ep(k), any) {
+                    break;
+                }
+                let buf = EngineBuf::Owned(Vec::new());
+                // SAFETY: an owned buffer has no lifetime to keep.
+                match unsafe { self.eng_mut().irecv_filtered(notice_ep(k), any, buf) } {
+                    Ok(req) => {
+                        let o = Op {
+                            then: Then::Notice,
+                            ..recv_op(op, 0, k)
+                        };
+                        self.track(req, o);
+                    }
+                    Err(e) => {
+                        tracing::warn!("hxcomm: taking a remote write's CQ data: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A finished step of fi_writedata ([`Then`]): the Done to report, if any.
+    fn writedata_step(
+        &mut self,
+        op: OpId,
+        o: &Op,
+        res: Result<hx_engine::Status, hx_engine::Error>,
+    ) -> Option<Done> {
+        let done = |len: usize, error: Option<(i32, String)>| Done {
+            op,
+            is_recv: false,
+            len,
+            msg_len: len,
+            tag: 0,
+            data: None,
+            src: None,
+            error,
+        };
+        match (o.then, res) {
+            (
+                Then::Notify {
+                    src_ep,
+                    rank,
+                    dst_ep,
+                    len,
+                    data,
+                },
+                Ok(_),
+            ) => {
+                // Placed: now the notice. (A length fits in the tag: at most 2^36 bytes.)
+                let tag = NOTICE_TAG | len as u64;
+                let buf = EngineBuf::Owned(Vec::new());
+                // SAFETY: an owned buffer has no lifetime to keep.
+                match unsafe {
+                    self.eng_mut()
+                        .isend_with(src_ep, rank, dst_ep, tag, Some(data), buf)
+                } {
+                    Ok(req) => {
+                        let n = Op {
+                            id: op,
+                            then: Then::Notified { len },
+                            ..send_op(req, o.ep)
+                        };
+                        self.track(req, n);
+                        None
+                    }
+                    Err(e) => Some(done(
+                        0,
+                        Some((
+                            FI_EIO,
+                            format!(
+                        "hxcomm: the write was placed, but its CQ data could not be sent: {e}"
+                    ),
+                        )),
+                    )),
+                }
+            }
+            (Then::Notified { len }, Ok(_)) => Some(done(len, None)),
+            (Then::Notified { .. }, Err(e)) => Some(done(
+                0,
+                Some((
+                    FI_EIO,
+                    format!(
+                        "hxcomm: the write was placed, but its CQ data did not reach the peer: {e}"
+                    ),
+                )),
+            )),
+            (Then::Notice, Ok(st)) => {
+                let len = (st.tag & !NOTICE_TAG) as usize;
+                let src = Some(self.peer_id(st.source, fi_ep(st.src_ep)));
+                Some(Done {
+                    op,
+                    is_recv: true,
+                    len,
+                    msg_len: len,
+                    tag: 0,
+                    data: st.data,
+                    src,
+                    error: None,
+                })
+            }
+            // Only cancelled, by its endpoint's close: nobody to tell.
+            (Then::Notice, Err(_)) => None,
+            (_, Err(e)) => Some(failed_op(op, false, e)),
+            (Then::Nothing, Ok(_)) => unreachable!("plain ops are reported by collect"),
+        }
+    }
+
     /// The part of fi_send and fi_inject that starts the engine's send.
     ///
     /// # Safety
@@ -531,7 +700,7 @@ impl EngineBackend {
 
     fn found(&mut self, st: &hx_engine::Status) -> Found {
         Found {
-            src: self.peer_id(st.source, st.src_ep / 2),
+            src: self.peer_id(st.source, fi_ep(st.src_ep)),
             tag: st.tag,
             len: st.len,
             data: st.data,
@@ -645,6 +814,7 @@ fn send_op(req: Request, ep: u16) -> Op {
         cap: 0,
         discard: false,
         ep,
+        then: Then::Nothing,
     }
 }
 
@@ -656,18 +826,21 @@ fn recv_op(id: OpId, cap: usize, ep: u16) -> Op {
         cap,
         discard: false,
         ep,
+        then: Then::Nothing,
     }
 }
 
 impl Backend for EngineBackend {
     fn open_ep(&mut self) -> Result<u16, BackendError> {
         let k = self.next_ep;
-        if k >= 0x7ffe {
+        // (The engine reserves endpoint u16::MAX.)
+        if notice_ep(k) >= u16::MAX - 1 {
             return Err(err(FI_ENOSPC, "too many endpoints"));
         }
         self.eng_mut()
             .open_endpoint(engine_eps(k, true))
             .and_then(|_| self.eng_mut().open_endpoint(engine_eps(k, false)))
+            .and_then(|_| self.eng_mut().open_endpoint(notice_ep(k)))
             .map_err(|e| err(FI_EINVAL, e))?;
         self.next_ep += 1;
         Ok(k)
@@ -675,7 +848,7 @@ impl Backend for EngineBackend {
 
     fn close_ep(&mut self, ep: u16) -> Result<(), BackendError> {
         // Receives parked on this endpoint go with it, as their pending entries do.
-        self.parked.retain(|p| p.ep / 2 != ep);
+        self.parked.retain(|p| fi_ep(p.ep) != ep);
         // Receives still posted there can no longer complete (their pending entries go with
         // the endpoint): take them out of matching, so that a message arriving later is not
         // written into a buffer the application may already have freed.
@@ -708,9 +881,11 @@ impl Backend for EngineBackend {
                 self.ops.remove(&req);
             }
         }
+        self.watched.retain(|&(k, _)| k != ep);
         self.eng_mut()
             .close_endpoint(engine_eps(ep, true))
             .and_then(|_| self.eng_mut().close_endpoint(engine_eps(ep, false)))
+            .and_then(|_| self.eng_mut().close_endpoint(notice_ep(ep)))
             .map_err(|e| err(FI_EINVAL, e))
     }
 
@@ -791,6 +966,51 @@ impl Backend for EngineBackend {
         Ok(self.track(req, send_op(req, ep)))
     }
 
+    unsafe fn write_data(
+        &mut self,
+        ep: u16,
+        peer: PeerId,
+        buf: SendBuf,
+        addr: u64,
+        key: u64,
+        data: u64,
+    ) -> Result<OpId, BackendError> {
+        let (rank, k) = self.peer(peer)?;
+        let len = buf.len();
+        let req = self
+            .eng_mut()
+            .iwrite(rank, key, addr, engine_buf(buf))
+            .map_err(|e| err(FI_EINVAL, e))?;
+        let then = Then::Notify {
+            src_ep: notice_ep(ep),
+            rank,
+            dst_ep: notice_ep(k),
+            len,
+            data,
+        };
+        Ok(self.track(
+            req,
+            Op {
+                then,
+                ..send_op(req, ep)
+            },
+        ))
+    }
+
+    fn watch_remote_writes(&mut self, ep: u16) -> Result<OpId, BackendError> {
+        if ep == 0 || ep >= self.next_ep {
+            return Err(err(FI_EINVAL, format!("no endpoint {ep}")));
+        }
+        if let Some(&(_, op)) = self.watched.iter().find(|w| w.0 == ep) {
+            return Ok(op);
+        }
+        // Never an engine request's id (bit 63 clear) nor a parked receive's.
+        let op = WATCH_BITS | u64::from(ep);
+        self.watched.push((ep, op));
+        // Notices that came before the watch are taken by the next round.
+        Ok(op)
+    }
+
     unsafe fn atomic(
         &mut self,
         ep: u16,
@@ -863,7 +1083,7 @@ impl Backend for EngineBackend {
         if park {
             self.possible = Some((e, filter.src));
             let op = PARKED_BIT | self.next_parked;
-            self.next_parked = (self.next_parked + 1) & !PARKED_BIT;
+            self.next_parked = (self.next_parked + 1) & ((1 << 62) - 1);
             self.parked.push_back(Parked {
                 op,
                 ep: e,
@@ -1066,6 +1286,9 @@ impl Backend for EngineBackend {
         if !self.failed.is_empty() {
             out.append(&mut self.failed);
         }
+        if !self.watched.is_empty() {
+            self.take_notices();
+        }
         // Called on every CQ read: nothing finished is the common case.
         if !self.eng().has_finished() {
             return Ok(());
@@ -1088,9 +1311,13 @@ impl Backend for EngineBackend {
             if o.discard {
                 continue;
             }
+            if o.then != Then::Nothing {
+                out.extend(self.writedata_step(op, &o, res));
+                continue;
+            }
             let d = match res {
                 Ok(st) if o.is_recv => {
-                    let src = Some(self.peer_id(st.source, st.src_ep / 2));
+                    let src = Some(self.peer_id(st.source, fi_ep(st.src_ep)));
                     Done {
                         op,
                         is_recv: true,

@@ -1,5 +1,6 @@
-//! tests/c/rma.c: fi_read, fi_write and atomics between two processes through libfabric over
-//! the hxcomm engine, the accesses a target must refuse, and endpoints without FI_RMA.
+//! tests/c/rma.c: fi_read, fi_write, fi_writedata and atomics between two processes through
+//! libfabric over the hxcomm engine, the accesses a target must refuse, and endpoints without
+//! FI_RMA.
 
 mod common;
 
@@ -18,6 +19,7 @@ fn remote_memory_access_and_atomics() {
         assert!(ok, "HX_TRANSPORTS={transports}:\n{out}");
         assert!(out.contains("target ok") && out.contains("rma ok"), "{out}");
         assert!(out.contains("refusals ok"), "{out}");
+        assert!(out.contains("writedata ok"), "{out}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,9 +1,12 @@
 /* Remote memory access and atomics through libfabric, as a user meets them: a target process
  * registers a region (read-write) and a read-only one and keeps progressing; the initiator
- * writes, reads back, adds, compares-and-swaps, and makes the accesses the target must refuse
- * (unknown key, past the region's end, a write into the read-only region), each an error
- * entry whose err_data names why; then the target checks its memory. Endpoints without FI_RMA refuse RMA
- * calls. Names, keys and addresses travel over pipes.
+ * writes, reads back, adds, compares-and-swaps, writes with remote CQ data (fi_writedata,
+ * fi_writemsg with FI_REMOTE_CQ_DATA, fi_inject_writedata: at the target each an entry on its
+ * receive CQ with the data and the write's length, its bytes already in place), and makes the
+ * accesses the target must refuse (unknown key, past the region's end, a write into the
+ * read-only region), each an error entry whose err_data names why; then the target checks its
+ * memory. Endpoints without FI_RMA refuse RMA calls. Names, keys and addresses travel over
+ * pipes.
  *
  *   rma
  */
@@ -61,6 +64,31 @@ struct target_info {
     uint64_t rw_key, rw_addr, ro_key, ro_addr;
 };
 
+/* The writes with remote CQ data: where in the read-write region, how long, their data, and the
+ * byte at offset i of each. */
+#define NOTICES 3
+static const size_t notice_off[NOTICES] = {LEN / 2, LEN / 2 + 8192, LEN / 2 + 8192 + 65536};
+static const size_t notice_len[NOTICES] = {4096, 65536, 16};
+static const uint64_t notice_data[NOTICES] = {0x1111, 0xfeedface2222ULL, 0x3333};
+static char notice_byte(int w, size_t i) { return (char)(i * (w + 5) + w); }
+
+/* A receive-CQ entry of a remote write with CQ data: which of the writes, its bytes in place;
+ * returns its index. */
+static int notice_seen(const struct fi_cq_data_entry *e, const char *rw) {
+    EXPECT(e->op_context == NULL);
+    EXPECT(e->flags == (FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA));
+    for (int w = 0; w < NOTICES; w++) {
+        if (e->data != notice_data[w])
+            continue;
+        EXPECT(e->len == notice_len[w]);
+        for (size_t i = 0; i < notice_len[w]; i++)
+            EXPECT(rw[notice_off[w] + i] == notice_byte(w, i));
+        return w;
+    }
+    fprintf(stderr, "unexpected remote CQ data %#" PRIx64 "\n", (uint64_t)e->data);
+    exit(1);
+}
+
 static void target(int to_init, int from_init) {
     struct node n;
     open_node(&n, FI_MSG | FI_RMA | FI_ATOMIC, FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED,
@@ -79,8 +107,12 @@ static void target(int to_init, int from_init) {
     /* Serve until the initiator says it is done: a read of the CQ is what progresses. */
     char go = 0;
     struct fi_cq_data_entry e;
+    int seen[NOTICES] = {0}, notices = 0;
     while (1) {
-        fi_cq_read(n.cq, &e, 1);
+        if (fi_cq_read(n.cq, &e, 1) == 1) {
+            seen[notice_seen(&e, rw)]++;
+            notices++;
+        }
         fd_set fds;
         FD_ZERO(&fds);
         FD_SET(from_init, &fds);
@@ -90,6 +122,16 @@ static void target(int to_init, int from_init) {
             break;
         }
     }
+    /* The inject's notice may come after the initiator is done. */
+    for (double end = now() + 20; notices < NOTICES && now() < end;) {
+        if (fi_cq_read(n.cq, &e, 1) == 1) {
+            seen[notice_seen(&e, rw)]++;
+            notices++;
+        }
+    }
+    for (int w = 0; w < NOTICES; w++)
+        EXPECT(seen[w] == 1);
+    EXPECT(fi_cq_read(n.cq, &e, 1) == -FI_EAGAIN);
     /* What the initiator wrote and added. */
     for (int i = 0; i < LEN / 2; i++)
         EXPECT(rw[i] == (char)(i * 3 + 1));
@@ -169,6 +211,37 @@ int main(void) {
     EXPECT(fi_compare_atomicvalid(n.ep, FI_UINT32, FI_CSWAP, &count) == 0 && count >= 1);
     EXPECT(fi_atomicvalid(n.ep, FI_DOUBLE, FI_SUM, &count) < 0);
 
+    /* Writes with remote CQ data: the initiator's completion is a plain write's. */
+    char *wd = malloc(65536);
+    for (int w = 0; w < NOTICES; w++) {
+        for (size_t i = 0; i < notice_len[w]; i++)
+            wd[i] = notice_byte(w, i);
+        uint64_t at = t.rw_addr + notice_off[w];
+        if (w == 0) {
+            CHECK(fi_writedata(n.ep, wd, notice_len[w], NULL, notice_data[w], p, at, t.rw_key, ctx));
+        } else if (w == 1) {
+            struct iovec iov = {wd, notice_len[w]};
+            struct fi_rma_iov rma = {at, notice_len[w], t.rw_key};
+            struct fi_msg_rma msg = {&iov, NULL, 1, p, &rma, 1, ctx, notice_data[w]};
+            CHECK(fi_writemsg(n.ep, &msg, FI_REMOTE_CQ_DATA | FI_COMPLETION));
+        } else {
+            /* Copied at the call: the buffer is changed at once. */
+            CHECK(fi_inject_writedata(n.ep, wd, notice_len[w], notice_data[w], p, at, t.rw_key));
+            memset(wd, 0, notice_len[w]);
+            break;
+        }
+        EXPECT(wait_for(&n, ctx, &flags, NULL) == 1);
+        EXPECT(flags == (FI_RMA | FI_WRITE));
+    }
+    /* Remote CQ data goes with writes only. */
+    {
+        struct iovec iov = {back, 16};
+        struct fi_rma_iov rma = {t.rw_addr, 16, t.rw_key};
+        struct fi_msg_rma msg = {&iov, NULL, 1, p, &rma, 1, ctx, 7};
+        EXPECT(fi_readmsg(n.ep, &msg, FI_REMOTE_CQ_DATA) == -FI_EBADFLAGS);
+    }
+    printf("writedata ok\n");
+
     /* Refused, each an error entry that says why; nothing lost or hung. */
     CHECK(fi_read(n.ep, back, 16, NULL, p, t.rw_addr, t.rw_key + 1000, ctx));
     EXPECT(wait_for(&n, ctx, NULL, why) == -FI_EACCES);
@@ -177,6 +250,11 @@ int main(void) {
     EXPECT(wait_for(&n, ctx, NULL, why) == -FI_EACCES);
     EXPECT(strstr(why, "not inside the region") != NULL);
     CHECK(fi_write(n.ep, buf, 16, NULL, p, t.ro_addr, t.ro_key, ctx));
+    EXPECT(wait_for(&n, ctx, NULL, why) == -FI_EACCES);
+    EXPECT(strstr(why, "does not allow") != NULL);
+    /* A refused write with remote CQ data: the error at the initiator, no entry at the target
+     * (it would not know 0x4444). */
+    CHECK(fi_writedata(n.ep, buf, 16, NULL, 0x4444, p, t.ro_addr, t.ro_key, ctx));
     EXPECT(wait_for(&n, ctx, NULL, why) == -FI_EACCES);
     EXPECT(strstr(why, "does not allow") != NULL);
     CHECK(fi_atomic(n.ep, &v, 1, NULL, p, t.ro_addr, t.ro_key, FI_UINT64, FI_SUM, ctx));
