@@ -110,8 +110,6 @@ pub struct Pending {
     pub flags: u64,
     pub report: Report,
     pub ep: u16,
-    /// Completes again and again (the watch for remote writes with CQ data): stays pending.
-    pub keep: bool,
 }
 
 // SAFETY: the pointers are only followed under the domain lock (see `Pending`), and
@@ -125,6 +123,9 @@ unsafe impl Send for Pending {}
 pub struct PendingMap {
     recent: VecDeque<(OpId, Pending)>,
     rest: HashMap<OpId, Pending>,
+    /// Operations that complete again and again (an endpoint's watch for remote writes with
+    /// CQ data): looked up last, and never removed by a completion.
+    kept: Vec<(OpId, Pending)>,
 }
 
 const RECENT: usize = 64;
@@ -138,6 +139,13 @@ impl PendingMap {
         }
     }
 
+    /// An operation that completes again and again: [`remove`](Self::remove) gives a copy
+    /// each time; it goes with [`retain`](Self::retain) or [`clear`](Self::clear).
+    pub fn insert_kept(&mut self, op: OpId, p: Pending) {
+        self.kept.retain(|(o, _)| *o != op);
+        self.kept.push((op, p));
+    }
+
     pub fn remove(&mut self, op: &OpId) -> Option<Pending> {
         let at = |i: Option<&(OpId, Pending)>| i.is_some_and(|(o, _)| o == op);
         if at(self.recent.front()) {
@@ -149,13 +157,16 @@ impl PendingMap {
         if let Some(p) = self.rest.remove(op) {
             return Some(p);
         }
-        let i = self.recent.iter().position(|(o, _)| o == op)?;
-        self.recent.remove(i).map(|(_, p)| p)
+        if let Some(i) = self.recent.iter().position(|(o, _)| o == op) {
+            return self.recent.remove(i).map(|(_, p)| p);
+        }
+        self.kept.iter().find(|(o, _)| o == op).map(|&(_, p)| p)
     }
 
     pub fn retain(&mut self, mut keep: impl FnMut(&OpId, &Pending) -> bool) {
         self.recent.retain(|(op, p)| keep(op, p));
         self.rest.retain(|op, p| keep(op, p));
+        self.kept.retain(|(op, p)| keep(op, p));
     }
 
     /// The id of an operation that `pred` takes.
@@ -171,6 +182,7 @@ impl PendingMap {
     pub fn clear(&mut self) {
         self.recent.clear();
         self.rest.clear();
+        self.kept.clear();
     }
 }
 
@@ -517,9 +529,6 @@ fn drive_read_round(st: &mut DomainState, cq: &CqShared, poll: bool) -> Result<D
 fn deliver_all(pending: &mut PendingMap, done: &mut Vec<Done>) {
     for d in done.drain(..) {
         if let Some(p) = pending.remove(&d.op) {
-            if p.keep {
-                pending.insert(d.op, p);
-            }
             deliver(p, d);
         }
     }
@@ -1018,7 +1027,6 @@ mod tests {
             flags: FI_RECV,
             report: Report::Always,
             ep: (context % 3) as u16,
-            keep: false,
         }
     }
 
@@ -1060,6 +1068,28 @@ mod tests {
                 Some(2)
             );
         }
+    }
+
+    #[test]
+    fn a_kept_operation_completes_again_and_goes_with_its_endpoint() {
+        let mut m = PendingMap::default();
+        m.insert(1, pending(10));
+        m.insert_kept(99, pending(4)); // endpoint 1
+        m.insert(2, pending(11));
+        for _ in 0..3 {
+            assert_eq!(m.remove(&99).map(|p| p.context), Some(4));
+        }
+        // The queue's own order is untouched: its front is still found first.
+        assert_eq!(m.remove(&1).map(|p| p.context), Some(10));
+        assert!(
+            m.find(|p| p.context == 4).is_none(),
+            "not a receive to cancel"
+        );
+        m.retain(|_, p| p.ep != 1);
+        assert!(m.remove(&99).is_none());
+        m.insert_kept(98, pending(5));
+        m.clear();
+        assert!(m.remove(&98).is_none() && m.remove(&2).is_none());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The provider's backend over the hxcomm engine: one `Engine` per domain (one process identity,
-//! one set of listeners and rails), each fi endpoint three engine endpoints (tagged and
-//! untagged messages are separate matching spaces; the third carries the notices of remote
-//! writes with CQ data), peers as the engine knows them (by address, connected on first use).
+//! one set of listeners and rails), each fi endpoint a pair of engine endpoints (tagged and
+//! untagged messages are separate matching spaces; the untagged one also carries the notices of
+//! remote writes with CQ data, under a tag of their own), peers as the engine knows them (by
+//! address, connected on first use).
 
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
@@ -49,9 +50,9 @@ struct Op {
 }
 
 /// The steps of fi_writedata: the write, then a notice carrying its CQ data to the target's
-/// third engine endpoint (sent only once the data is placed, so the target's completion never
-/// comes before the data), reported as the op once that has left; at the target, the notice
-/// received, reported as the watch op of its fi endpoint.
+/// untagged engine endpoint (sent only once the data is placed, so the target's completion
+/// never comes before the data), reported as the op once that has left; at the target, the
+/// notice received, reported as the watch op of its fi endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Then {
     Nothing,
@@ -71,8 +72,22 @@ enum Then {
     Notice,
 }
 
-/// A notice's tag: this bit, and the write's length (a message is at most 2^36 bytes).
+/// A notice's tag: this bit, and the write's length (a message is at most 2^36 bytes). Untagged
+/// messages carry tag 0 and untagged receives take only that, so the two never meet.
 const NOTICE_TAG: u64 = 1 << 62;
+
+/// What the notices on an untagged engine endpoint are received with.
+const NOTICES: Filter = Filter {
+    src: None,
+    src_ep: None,
+    tag: TagMatch {
+        tag: NOTICE_TAG,
+        ignore: !NOTICE_TAG,
+    },
+};
+
+/// What untagged receives take: tag 0 (not the notices).
+const UNTAGGED: TagMatch = TagMatch { tag: 0, ignore: 0 };
 
 const NO_EP: u16 = u16::MAX;
 
@@ -102,6 +117,10 @@ const PARKED_BIT: u64 = 1 << 63;
 /// The ops of [`Backend::watch_remote_writes`]: these bits and the fi endpoint (parked
 /// receives count below bit 62).
 const WATCH_BITS: u64 = PARKED_BIT | 1 << 62;
+
+fn watch_op(k: u16) -> OpId {
+    WATCH_BITS | u64::from(k)
+}
 
 /// At most this many receives are parked at once; one more posts them all.
 const PARKED_MAX: usize = 256;
@@ -143,10 +162,12 @@ pub struct EngineBackend {
     engine: Option<Engine>,
     /// Idle polls left that skip their round ([`lonely_skip`](Self::lonely_skip)).
     lonely_polls: u32,
-    /// fi endpoint k uses engine endpoints 3k (tagged), 3k+1 (untagged) and 3k+2 (notices).
+    /// fi endpoint k uses engine endpoints 2k (tagged) and 2k+1 (untagged, and notices).
     next_ep: u16,
-    /// fi endpoints watching for remote writes with CQ data, with their watch op's id.
-    watched: Vec<(u16, OpId)>,
+    /// The open fi endpoints: notices of remote writes with CQ data are taken for each (and
+    /// dropped where nobody watches: left queued, each would hold some of its writer's eager
+    /// credit for good).
+    open: Vec<u16>,
     peers: Vec<(Rank, u16)>,
     peer_ids: HashMap<(Rank, u16), PeerId>,
     /// The last answer of `peer_id`.
@@ -212,21 +233,18 @@ impl Drop for EngineBackend {
     }
 }
 
-/// Engine endpoints per fi endpoint: tagged, untagged, notices of remote writes.
-const ENGINE_EPS: u16 = 3;
-
 fn engine_eps(k: u16, tagged: bool) -> u16 {
-    ENGINE_EPS * k + u16::from(!tagged)
+    2 * k + u16::from(!tagged)
 }
 
 /// The engine endpoint fi endpoint `k` receives notices of remote writes with CQ data on.
 fn notice_ep(k: u16) -> u16 {
-    ENGINE_EPS * k + 2
+    engine_eps(k, false)
 }
 
 /// The fi endpoint an engine endpoint belongs to.
 fn fi_ep(engine_ep: u16) -> u16 {
-    engine_ep / ENGINE_EPS
+    engine_ep / 2
 }
 
 /// The job secret: `HX_JOB_SECRET` (64 hex digits), else the domain's auth_key, else Open MPI's
@@ -347,7 +365,7 @@ impl EngineBackend {
         Ok(EngineBackend {
             engine: Some(engine),
             next_ep: 1,
-            watched: Vec::new(),
+            open: Vec::new(),
             peers: Vec::new(),
             peer_ids: HashMap::default(),
             last_peer: None,
@@ -420,7 +438,7 @@ impl EngineBackend {
             tag: if tagged {
                 TagMatch { tag, ignore }
             } else {
-                TagMatch::ANY
+                UNTAGGED
             },
         })
     }
@@ -554,29 +572,24 @@ impl EngineBackend {
         true
     }
 
-    /// Receives the notices of remote writes with CQ data that rounds brought to watching
-    /// endpoints: each completes (at once, from the unexpected queue) as its endpoint's watch
-    /// op. Without a round of its own: a look at the queue per watching endpoint.
+    /// Receives the notices of remote writes with CQ data that a round brought: each completes
+    /// (at once, from the unexpected queue) as its endpoint's watch op. Called after each
+    /// round: a look at one queue per open endpoint.
     fn take_notices(&mut self) {
-        let any = Filter {
-            src: None,
-            src_ep: None,
-            tag: TagMatch::ANY,
-        };
-        for i in 0..self.watched.len() {
-            let (k, op) = self.watched[i];
+        for i in 0..self.open.len() {
+            let k = self.open[i];
             // (Bounded: each receive takes one notice out of the queue.)
             for _ in 0..PARKED_MAX {
-                if !self.eng().message_waiting(notice_ep(k), any) {
+                if !self.eng().message_waiting(notice_ep(k), NOTICES) {
                     break;
                 }
                 let buf = EngineBuf::Owned(Vec::new());
                 // SAFETY: an owned buffer has no lifetime to keep.
-                match unsafe { self.eng_mut().irecv_filtered(notice_ep(k), any, buf) } {
+                match unsafe { self.eng_mut().irecv_filtered(notice_ep(k), NOTICES, buf) } {
                     Ok(req) => {
                         let o = Op {
                             then: Then::Notice,
-                            ..recv_op(op, 0, k)
+                            ..recv_op(watch_op(k), 0, k)
                         };
                         self.track(req, o);
                     }
@@ -830,18 +843,86 @@ fn recv_op(id: OpId, cap: usize, ep: u16) -> Op {
     }
 }
 
+impl EngineBackend {
+    /// One pass of [`collect`](Backend::collect) over what the engine finished: true if a
+    /// writedata step started a send meanwhile.
+    fn collect_finished(&mut self, out: &mut Vec<Done>) -> bool {
+        let mut stepped = false;
+        let mut finished = std::mem::take(&mut self.finished);
+        self.eng_mut().take_finished(&mut finished);
+        for req in finished.drain(..) {
+            let op = req.to_u64();
+            if !self.ops.contains_key(&op) {
+                continue;
+            }
+            let Some((res, _buf)) = self.eng_mut().take_request(req) else {
+                continue;
+            };
+            let o = self.ops.remove(&op).expect("checked");
+            if o.id != op {
+                self.renamed.remove(&o.id);
+            }
+            let op = o.id;
+            if o.discard {
+                continue;
+            }
+            if o.then != Then::Nothing {
+                stepped |= matches!(o.then, Then::Notify { .. });
+                out.extend(self.writedata_step(op, &o, res));
+                continue;
+            }
+            let d = match res {
+                Ok(st) if o.is_recv => {
+                    let src = Some(self.peer_id(st.source, fi_ep(st.src_ep)));
+                    Done {
+                        op,
+                        is_recv: true,
+                        len: st.len.min(o.cap),
+                        msg_len: st.len,
+                        tag: st.tag,
+                        data: st.data,
+                        src,
+                        error: st.truncated.then(|| {
+                            (
+                                FI_ETRUNC,
+                                format!(
+                                    "message of {} bytes truncated to the {}-byte buffer",
+                                    st.len, o.cap
+                                ),
+                            )
+                        }),
+                    }
+                }
+                Ok(st) => Done {
+                    op,
+                    is_recv: false,
+                    len: st.len,
+                    msg_len: st.len,
+                    tag: 0,
+                    data: None,
+                    src: None,
+                    error: None,
+                },
+                Err(e) => failed_op(op, o.is_recv, e),
+            };
+            out.push(d);
+        }
+        self.finished = finished;
+        stepped
+    }
+}
+
 impl Backend for EngineBackend {
     fn open_ep(&mut self) -> Result<u16, BackendError> {
         let k = self.next_ep;
-        // (The engine reserves endpoint u16::MAX.)
-        if notice_ep(k) >= u16::MAX - 1 {
+        if k >= 0x7ffe {
             return Err(err(FI_ENOSPC, "too many endpoints"));
         }
         self.eng_mut()
             .open_endpoint(engine_eps(k, true))
             .and_then(|_| self.eng_mut().open_endpoint(engine_eps(k, false)))
-            .and_then(|_| self.eng_mut().open_endpoint(notice_ep(k)))
             .map_err(|e| err(FI_EINVAL, e))?;
+        self.open.push(k);
         self.next_ep += 1;
         Ok(k)
     }
@@ -881,11 +962,10 @@ impl Backend for EngineBackend {
                 self.ops.remove(&req);
             }
         }
-        self.watched.retain(|&(k, _)| k != ep);
+        self.open.retain(|&k| k != ep);
         self.eng_mut()
             .close_endpoint(engine_eps(ep, true))
             .and_then(|_| self.eng_mut().close_endpoint(engine_eps(ep, false)))
-            .and_then(|_| self.eng_mut().close_endpoint(notice_ep(ep)))
             .map_err(|e| err(FI_EINVAL, e))
     }
 
@@ -998,17 +1078,12 @@ impl Backend for EngineBackend {
     }
 
     fn watch_remote_writes(&mut self, ep: u16) -> Result<OpId, BackendError> {
-        if ep == 0 || ep >= self.next_ep {
+        if !self.open.contains(&ep) {
             return Err(err(FI_EINVAL, format!("no endpoint {ep}")));
         }
-        if let Some(&(_, op)) = self.watched.iter().find(|w| w.0 == ep) {
-            return Ok(op);
-        }
-        // Never an engine request's id (bit 63 clear) nor a parked receive's.
-        let op = WATCH_BITS | u64::from(ep);
-        self.watched.push((ep, op));
-        // Notices that came before the watch are taken by the next round.
-        Ok(op)
+        // Every open endpoint's notices are taken after each round; this names the op they
+        // complete (never an engine request's id, bit 63 clear, nor a parked receive's).
+        Ok(watch_op(ep))
     }
 
     unsafe fn atomic(
@@ -1226,6 +1301,7 @@ impl Backend for EngineBackend {
             self.lonely_polls = lonely;
         }
         r.map_err(|e| err(FI_EIO, e))?;
+        self.take_notices();
         if !self.parked_still_possible() {
             // A message queued on its endpoint, or its peer failed: the engine decides.
             self.unpark();
@@ -1238,6 +1314,7 @@ impl Backend for EngineBackend {
         self.owed = None;
         self.unpark();
         self.eng_mut().progress().map_err(|e| err(FI_EIO, e))?;
+        self.take_notices();
         self.collect(out)
     }
 
@@ -1286,72 +1363,14 @@ impl Backend for EngineBackend {
         if !self.failed.is_empty() {
             out.append(&mut self.failed);
         }
-        if !self.watched.is_empty() {
-            self.take_notices();
-        }
         // Called on every CQ read: nothing finished is the common case.
-        if !self.eng().has_finished() {
-            return Ok(());
+        while self.eng().has_finished() {
+            // A writedata step may start a send that finishes at once (an inline notice):
+            // taken by the next pass, not left for a reader that may go to sleep.
+            if !self.collect_finished(out) {
+                break;
+            }
         }
-        let mut finished = std::mem::take(&mut self.finished);
-        self.eng_mut().take_finished(&mut finished);
-        for req in finished.drain(..) {
-            let op = req.to_u64();
-            if !self.ops.contains_key(&op) {
-                continue;
-            }
-            let Some((res, _buf)) = self.eng_mut().take_request(req) else {
-                continue;
-            };
-            let o = self.ops.remove(&op).expect("checked");
-            if o.id != op {
-                self.renamed.remove(&o.id);
-            }
-            let op = o.id;
-            if o.discard {
-                continue;
-            }
-            if o.then != Then::Nothing {
-                out.extend(self.writedata_step(op, &o, res));
-                continue;
-            }
-            let d = match res {
-                Ok(st) if o.is_recv => {
-                    let src = Some(self.peer_id(st.source, fi_ep(st.src_ep)));
-                    Done {
-                        op,
-                        is_recv: true,
-                        len: st.len.min(o.cap),
-                        msg_len: st.len,
-                        tag: st.tag,
-                        data: st.data,
-                        src,
-                        error: st.truncated.then(|| {
-                            (
-                                FI_ETRUNC,
-                                format!(
-                                    "message of {} bytes truncated to the {}-byte buffer",
-                                    st.len, o.cap
-                                ),
-                            )
-                        }),
-                    }
-                }
-                Ok(st) => Done {
-                    op,
-                    is_recv: false,
-                    len: st.len,
-                    msg_len: st.len,
-                    tag: 0,
-                    data: None,
-                    src: None,
-                    error: None,
-                },
-                Err(e) => failed_op(op, o.is_recv, e),
-            };
-            out.push(d);
-        }
-        self.finished = finished;
         Ok(())
     }
 

@@ -582,7 +582,6 @@ impl EpObj {
                     flags: FI_SEND | if tagged { FI_TAGGED } else { FI_MSG },
                     report: Report::Never,
                     ep: self.id,
-                    keep: false,
                 },
             );
         }
@@ -679,7 +678,6 @@ impl EpObj {
                 flags: send_flags,
                 report,
                 ep: self.id,
-                keep: false,
             },
         );
         Ok(0)
@@ -769,7 +767,6 @@ impl EpObj {
                 flags: FI_RMA | if a.write { FI_WRITE } else { FI_READ },
                 report,
                 ep: self.id,
-                keep: false,
             },
         );
         Ok(0)
@@ -859,7 +856,6 @@ impl EpObj {
                 flags: FI_ATOMIC | side,
                 report,
                 ep: self.id,
-                keep: false,
             },
         );
         Ok(0)
@@ -892,7 +888,7 @@ impl EpObj {
         };
         let mut st = self.d.state.lock();
         match st.backend.watch_remote_writes(self.id) {
-            Ok(op) => st.pending.insert(
+            Ok(op) => st.pending.insert_kept(
                 op,
                 Pending {
                     cq: b.rx_cq.as_ref().map_or(std::ptr::null(), Arc::as_ptr),
@@ -901,7 +897,6 @@ impl EpObj {
                     flags: FI_RMA | FI_REMOTE_WRITE,
                     report: Report::Always,
                     ep: self.id,
-                    keep: true,
                 },
             ),
             Err(e) => tracing::debug!("hxcomm: no remote CQ data with writes: {}", e.msg),
@@ -916,7 +911,6 @@ impl EpObj {
             flags: FI_RECV | if tagged { FI_TAGGED } else { FI_MSG },
             report,
             ep: self.id,
-            keep: false,
         }
     }
 

@@ -102,6 +102,10 @@ static void target(int to_init, int from_init) {
     EXPECT(fi_mr_key(mr_rw) != fi_mr_key(mr_ro));
     struct target_info t = {fi_mr_key(mr_rw), (uint64_t)(uintptr_t)rw, fi_mr_key(mr_ro),
                             (uint64_t)(uintptr_t)ro};
+    /* A posted untagged receive is not what remote CQ data completes (no FI_RX_CQ_DATA):
+     * cancelled at the end, untouched. */
+    char rbuf[16], rctx[8];
+    CHECK(fi_recv(n.ep, rbuf, sizeof rbuf, NULL, FI_ADDR_UNSPEC, rctx));
     EXPECT(write(to_init, n.name, 64) == 64);
     EXPECT(write(to_init, &t, sizeof t) == sizeof t);
     /* Serve until the initiator says it is done: a read of the CQ is what progresses. */
@@ -132,6 +136,12 @@ static void target(int to_init, int from_init) {
     for (int w = 0; w < NOTICES; w++)
         EXPECT(seen[w] == 1);
     EXPECT(fi_cq_read(n.cq, &e, 1) == -FI_EAGAIN);
+    CHECK(fi_cancel(&n.ep->fid, rctx));
+    struct fi_cq_err_entry cerr;
+    memset(&cerr, 0, sizeof cerr);
+    EXPECT(fi_cq_read(n.cq, &e, 1) == -FI_EAVAIL);
+    CHECK(fi_cq_readerr(n.cq, &cerr, 0));
+    EXPECT(cerr.op_context == rctx && cerr.err == FI_ECANCELED);
     /* What the initiator wrote and added. */
     for (int i = 0; i < LEN / 2; i++)
         EXPECT(rw[i] == (char)(i * 3 + 1));
@@ -219,6 +229,14 @@ int main(void) {
         uint64_t at = t.rw_addr + notice_off[w];
         if (w == 0) {
             CHECK(fi_writedata(n.ep, wd, notice_len[w], NULL, notice_data[w], p, at, t.rw_key, ctx));
+            /* One sleeping read: the completion wakes it (a notice that finished inside the
+             * read that sent it must not be left for a later one). */
+            double t0 = now();
+            struct fi_cq_data_entry e;
+            EXPECT(fi_cq_sread(n.cq, &e, 1, NULL, 10000) == 1);
+            EXPECT(e.op_context == ctx && e.flags == (FI_RMA | FI_WRITE));
+            EXPECT(now() - t0 < 5);
+            continue;
         } else if (w == 1) {
             struct iovec iov = {wd, notice_len[w]};
             struct fi_rma_iov rma = {at, notice_len[w], t.rw_key};
