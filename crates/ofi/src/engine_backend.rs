@@ -602,6 +602,44 @@ impl EngineBackend {
         }
     }
 
+    /// fi_write, and with `data` fi_writedata: the notice follows once the write is placed.
+    ///
+    /// # Safety
+    /// As [`Backend::write`].
+    unsafe fn start_write(
+        &mut self,
+        ep: u16,
+        peer: PeerId,
+        buf: SendBuf,
+        addr: u64,
+        key: u64,
+        data: Option<u64>,
+    ) -> Result<OpId, BackendError> {
+        let (rank, k) = self.peer(peer)?;
+        let len = buf.len();
+        let req = self
+            .eng_mut()
+            .iwrite(rank, key, addr, engine_buf(buf))
+            .map_err(|e| err(FI_EINVAL, e))?;
+        let then = match data {
+            None => Then::Nothing,
+            Some(data) => Then::Notify {
+                src_ep: notice_ep(ep),
+                rank,
+                dst_ep: notice_ep(k),
+                len,
+                data,
+            },
+        };
+        Ok(self.track(
+            req,
+            Op {
+                then,
+                ..send_op(req, ep)
+            },
+        ))
+    }
+
     /// A finished step of fi_writedata ([`Then`]): the Done to report, if any.
     fn writedata_step(
         &mut self,
@@ -1038,12 +1076,7 @@ impl Backend for EngineBackend {
         addr: u64,
         key: u64,
     ) -> Result<OpId, BackendError> {
-        let (rank, _) = self.peer(peer)?;
-        let req = self
-            .eng_mut()
-            .iwrite(rank, key, addr, engine_buf(buf))
-            .map_err(|e| err(FI_EINVAL, e))?;
-        Ok(self.track(req, send_op(req, ep)))
+        self.start_write(ep, peer, buf, addr, key, None)
     }
 
     unsafe fn write_data(
@@ -1055,26 +1088,7 @@ impl Backend for EngineBackend {
         key: u64,
         data: u64,
     ) -> Result<OpId, BackendError> {
-        let (rank, k) = self.peer(peer)?;
-        let len = buf.len();
-        let req = self
-            .eng_mut()
-            .iwrite(rank, key, addr, engine_buf(buf))
-            .map_err(|e| err(FI_EINVAL, e))?;
-        let then = Then::Notify {
-            src_ep: notice_ep(ep),
-            rank,
-            dst_ep: notice_ep(k),
-            len,
-            data,
-        };
-        Ok(self.track(
-            req,
-            Op {
-                then,
-                ..send_op(req, ep)
-            },
-        ))
+        self.start_write(ep, peer, buf, addr, key, Some(data))
     }
 
     fn watch_remote_writes(&mut self, ep: u16) -> Result<OpId, BackendError> {
