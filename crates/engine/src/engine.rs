@@ -1810,6 +1810,10 @@ impl Engine {
     /// learns how much each socket still has to carry (one ioctl per rail; none when every link
     /// keeps up with writes), and how fast a link drained what the last judged flush left in it.
     fn start_rounds(&mut self, peer: Rank) {
+        if !self.core.judges_links(peer) {
+            self.core.tx_round(peer, true);
+            return;
+        }
         let pull = self.core.wants_link_backlogs(peer);
         let mut now = None;
         for rail in 0..self.peers[peer as usize].rails.len() {
@@ -1835,6 +1839,9 @@ impl Engine {
     /// Adaptive: after a flush, how much of what it wrote each socket still holds (one ioctl
     /// per rail the core asks about): whether the links keep up with writes.
     fn judge_links(&mut self, peer: Rank) {
+        if !self.core.judges_links(peer) {
+            return;
+        }
         let mut now = None;
         for rail in 0..self.peers[peer as usize].rails.len() {
             let fd = match self.peers[peer as usize].rails[rail].link.as_ref() {

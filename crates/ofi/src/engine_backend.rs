@@ -723,7 +723,8 @@ impl EngineBackend {
             // Only cancelled, by its endpoint's close: nobody to tell.
             (Then::Notice, Err(_)) => None,
             (_, Err(e)) => Some(failed_op(op, false, e)),
-            (Then::Nothing, Ok(_)) => unreachable!("plain ops are reported by collect"),
+            // (Plain ops are reported by collect, never passed here.)
+            (Then::Nothing, Ok(_)) => None,
         }
     }
 

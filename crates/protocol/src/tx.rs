@@ -805,6 +805,13 @@ impl<B: Buffer> Core<B> {
             && p.rails.iter().filter(|r| r.up).nth(1).is_some()
     }
 
+    /// Does the adaptive policy judge `peer`'s links ([`KeepUp`](crate::keep_up::KeepUp))?
+    /// Only over two rails or more: the driver's per-flush looks are skipped otherwise (every
+    /// other policy, a shared-memory peer).
+    pub fn judges_links(&self, peer: Rank) -> bool {
+        self.cfg.policy == Policy::Adaptive && self.peers[peer as usize].rails.len() > 1
+    }
+
     /// Adaptive: the pull rounds about to start want each link's backlog
     /// ([`set_link_backlog`](Self::set_link_backlog)) to share the work out: work is pending,
     /// and some rail's link does not keep up with writes (those that do take all they can).
