@@ -42,6 +42,9 @@ pub(crate) const T_SHM_ACCEPT: u64 = T_LISTEN | 1 << 58;
 pub(crate) const T_KICK: u64 = T_LISTEN | 1 << 57;
 /// How often the engine looks after rails (reconnects, timeouts) while it is being called.
 const HOUSEKEEPING: Duration = Duration::from_millis(50);
+/// A rail socket that filled keeps the bulk congestion control (HX_TCP_CONGESTION) until it
+/// has not been full for this long: a bandwidth run's sockets fill many times a second.
+const BULK_CC_HOLD: Duration = Duration::from_millis(250);
 /// At most this many socket links are read directly while spinning (each read is a syscall).
 const SPIN_READ_LINKS: usize = 2;
 /// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
@@ -164,6 +167,9 @@ pub struct Engine {
     idle_polls: u32,
     /// Blocking receives that tried the express path ([`recv_express`](Self::recv_express)).
     express_calls: u32,
+    /// HX_TCP_CONGESTION_LATENCY while rail sockets may switch algorithms (None once the kernel
+    /// refused it).
+    pub(crate) latency_cc: Option<String>,
     /// Socket rails whose TCP_NOTSENT_LOWAT is raised for bulk data ([`tune_lowat`](Self::tune_lowat)).
     pub(crate) raised_lowat: usize,
     /// The engine sleeps in epoll while bulk data comes and goes (rather than spinning): socket
@@ -332,6 +338,7 @@ impl Engine {
                     .map_err(io_err("epoll add"))?;
             }
         }
+        let latency_cc = settings.tcp_congestion_latency.clone();
         Ok(Engine {
             core: Core::new(me, size, settings.protocol.clone()),
             peers: (0..size).map(|_| PeerSlot::unknown()).collect(),
@@ -372,6 +379,7 @@ impl Engine {
             rounds: 0,
             idle_polls: 0,
             express_calls: 0,
+            latency_cc,
             raised_lowat: 0,
             bulk_asleep: false,
             next_housekeeping: Instant::now(),
@@ -1660,6 +1668,7 @@ impl Engine {
             if now >= self.next_housekeeping {
                 self.next_housekeeping = now + HOUSEKEEPING;
                 self.housekeeping(now);
+                self.congestion_back(now);
                 self.shm_slot_freed();
             }
         }
@@ -1928,6 +1937,53 @@ impl Engine {
             .is_none_or(|l| l.polled());
         if !polled {
             self.tune_lowat(peer, rail);
+            self.tune_congestion(peer, rail);
+        }
+    }
+
+    /// A rail socket filled: it carries bulk data, which HX_TCP_CONGESTION is for (cubic
+    /// keeps a busy 1 Gbit/s rail full, where BBR gives up 2-4% two ways), until it has not
+    /// been full for [`BULK_CC_HOLD`].
+    fn tune_congestion(&mut self, peer: Rank, rail: usize) {
+        let Some(bulk) = self.settings.tcp_congestion.as_deref() else {
+            return;
+        };
+        if self.latency_cc.is_none() {
+            return;
+        }
+        let Some(r) = self.peers[peer as usize].rails.get_mut(rail) else {
+            return;
+        };
+        let was_bulk = r.bulk_cc_full_at.replace(Instant::now()).is_some();
+        if was_bulk {
+            return;
+        }
+        if let Some(link) = r.link.as_ref() {
+            if let Err(e) = tcp::set_congestion_fd(link.fd(), bulk) {
+                // The socket keeps the latency algorithm; the others will not switch either.
+                debug!("hxcomm: rail sockets stop switching algorithms: {e}");
+                self.latency_cc = None;
+            }
+        }
+    }
+
+    /// Rail sockets that have not been full for [`BULK_CC_HOLD`] go back to the latency
+    /// algorithm (called with the housekeeping).
+    fn congestion_back(&mut self, now: Instant) {
+        let Some(cc) = self.latency_cc.as_deref() else {
+            return;
+        };
+        for &(p, rail) in &self.sockets {
+            let r = &mut self.peers[p as usize].rails[rail];
+            if r.bulk_cc_full_at
+                .is_some_and(|t| now.duration_since(t) >= BULK_CC_HOLD)
+            {
+                r.bulk_cc_full_at = None;
+                if let Some(link) = r.link.as_ref() {
+                    // Refused now where it was taken at the start: the socket stays as it is.
+                    let _ = tcp::set_congestion_fd(link.fd(), cc);
+                }
+            }
         }
     }
 

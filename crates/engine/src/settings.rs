@@ -32,6 +32,14 @@ pub struct Settings {
     /// `system`, keeps the kernel's default). BBR (v1) drains a busy rail to 4 packets for 200 ms
     /// every 10 s (PROBE_RTT: the minimum RTT seen on an idle link is never seen again under load).
     pub tcp_congestion: Option<String>,
+    /// HX_TCP_CONGESTION_LATENCY: the algorithm of a rail socket that carries no bulk data
+    /// (default `bbr`; None, from `same`, or with HX_TCP_CONGESTION=system: the one algorithm
+    /// throughout). A socket that fills switches to HX_TCP_CONGESTION until it has not been
+    /// full for a while. Cubic, on a fresh connection over a fast link, exits slow start with a
+    /// congestion window of ~20 segments and grows it only slowly while a ping-pong leaves it
+    /// unused: a 16-32 KiB message then waits for acknowledgements, for thousands of messages
+    /// (plain TCP the same); BBR sizes the window from the measured rate and has no such phase.
+    pub tcp_congestion_latency: Option<String>,
     /// HX_CONNECT_TIMEOUT: how long one connection attempt (connect and handshake) may take.
     pub connect_timeout: Duration,
     /// HX_RAIL_TIMEOUT: milliseconds without progress after which a rail counts as broken.
@@ -153,7 +161,12 @@ impl Settings {
             yield_while_spinning,
             bulk_wait: Duration::from_micros(num(var, "HX_BULK_WAIT_US", 1000u64)?),
             notsent_lowat: size(var, "HX_NOTSENT_LOWAT", 128 * 1024)? as u32,
-            tcp_congestion: tcp_congestion(var)?,
+            tcp_congestion: tcp_congestion(var, "HX_TCP_CONGESTION", "cubic")?,
+            tcp_congestion_latency: match tcp_congestion(var, "HX_TCP_CONGESTION", "cubic")? {
+                None => None,
+                Some(bulk) => tcp_congestion(var, "HX_TCP_CONGESTION_LATENCY", "bbr")?
+                    .filter(|latency| *latency != bulk),
+            },
             connect_timeout: Duration::from_secs(num(var, "HX_CONNECT_TIMEOUT", 30u64)?),
             rail_timeout: Duration::from_millis(num(var, "HX_RAIL_TIMEOUT", 1000u64)?.max(1)),
             rank_timeout: Duration::from_secs(num(var, "HX_RANK_TIMEOUT", 30u64)?.max(1)),
@@ -199,19 +212,25 @@ fn topology(var: Lookup) -> Result<Option<hx_topology::Topology>, Error> {
     Ok(Some(t.with_detours(detours)))
 }
 
-fn tcp_congestion(var: Lookup) -> Result<Option<String>, Error> {
+/// HX_TCP_CONGESTION (`system`: the kernel's default) or HX_TCP_CONGESTION_LATENCY (`same`:
+/// no switching): an algorithm's name, or None.
+fn tcp_congestion(var: Lookup, name: &str, default: &str) -> Result<Option<String>, Error> {
     // Empty counts as unset, as for the other settings.
-    let v = var("HX_TCP_CONGESTION")
+    let v = var(name)
         .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "cubic".into());
+        .unwrap_or_else(|| default.into());
     let v = v.trim();
-    if v == "system" {
+    let none = match name {
+        "HX_TCP_CONGESTION" => "system",
+        _ => "same",
+    };
+    if v == none {
         return Ok(None);
     }
     // The kernel's names: up to 15 characters (TCP_CA_NAME_MAX 16 with the NUL).
     if v.len() > 15 || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         return Err(Error::Config(format!(
-            "HX_TCP_CONGESTION={v}: expected an algorithm name (cubic, bbr, reno, ...) or system"
+            "{name}={v}: expected an algorithm name (cubic, bbr, reno, ...) or {none}"
         )));
     }
     Ok(Some(v.to_string()))
@@ -327,5 +346,38 @@ mod tests {
         assert_eq!(cc(Some("system")).unwrap(), None);
         assert_eq!(cc(Some("")).unwrap().as_deref(), Some("cubic"));
         assert!(cc(Some("cubic;rm")).is_err());
+    }
+
+    #[test]
+    fn rails_switch_to_bbr_between_bulk_transfers_unless_told_otherwise() {
+        let both = |vars: &[(&str, &str)]| {
+            Settings::from_lookup(&|n: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            })
+            .map(|s| (s.tcp_congestion, s.tcp_congestion_latency))
+        };
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(both(&[]).unwrap(), (s("cubic"), s("bbr")));
+        let latency = |v| both(&[("HX_TCP_CONGESTION_LATENCY", v)]);
+        assert_eq!(latency("same").unwrap(), (s("cubic"), None));
+        assert_eq!(latency("reno").unwrap(), (s("cubic"), s("reno")));
+        assert_eq!(
+            latency("cubic").unwrap(),
+            (s("cubic"), None),
+            "nothing to switch"
+        );
+        assert_eq!(latency("").unwrap(), (s("cubic"), s("bbr")));
+        let e = latency("bbr 2").unwrap_err().to_string();
+        assert!(
+            e.contains("HX_TCP_CONGESTION_LATENCY=bbr 2") && e.contains("same"),
+            "{e}"
+        );
+        // The kernel's default throughout, as asked.
+        let system = both(&[("HX_TCP_CONGESTION", "system")]).unwrap();
+        assert_eq!(system, (None, None));
+        let bulk_bbr = both(&[("HX_TCP_CONGESTION", "bbr")]).unwrap();
+        assert_eq!(bulk_bbr, (s("bbr"), None));
     }
 }

@@ -183,6 +183,48 @@ pub fn set_congestion(stream: &TcpStream, name: &str) -> io::Result<()> {
     .map_err(|e| ctx(e.into(), format!("TCP_CONGESTION {name}")))
 }
 
+/// [`set_congestion`] on a connected rail socket's descriptor: the engine switches a rail
+/// between its latency and its bulk algorithm while the connection lives.
+pub fn set_congestion_fd(fd: RawFd, name: &str) -> io::Result<()> {
+    // SAFETY: setsockopt reads name.len() bytes from a live slice.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return Err(ctx(e, format!("TCP_CONGESTION {name}")));
+    }
+    Ok(())
+}
+
+/// The congestion control a TCP socket runs (TCP_CONGESTION).
+pub fn congestion_fd(fd: RawFd) -> io::Result<String> {
+    let mut buf = [0u8; 16];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the buffer, which outlives the call.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let name = &buf[..(len as usize).min(buf.len())];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
 /// Starts a nonblocking connection (for reconnecting a rail without stalling the progress loop);
 /// completion shows as writability.
 pub fn connect_nonblocking(
@@ -336,5 +378,25 @@ mod tests {
         assert_eq!(got.to_str().unwrap().trim_end_matches('\0'), "reno");
         let e = set_congestion(&c, "no_such_cc").unwrap_err();
         assert!(e.to_string().contains("TCP_CONGESTION no_such_cc"), "{e}");
+    }
+
+    #[test]
+    fn a_connected_socket_switches_algorithms_by_descriptor() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let fd = c.as_raw_fd();
+        for name in ["reno", "cubic", "reno"] {
+            set_congestion_fd(fd, name).unwrap();
+            assert_eq!(congestion_fd(fd).unwrap(), name);
+        }
+        let e = set_congestion_fd(fd, "no_such_cc").unwrap_err();
+        assert!(e.to_string().contains("TCP_CONGESTION no_such_cc"), "{e}");
+        assert_eq!(
+            congestion_fd(fd).unwrap(),
+            "reno",
+            "a refusal keeps the algorithm"
+        );
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(congestion_fd(a.as_raw_fd()).is_err());
     }
 }
