@@ -76,9 +76,9 @@ pub(crate) struct RailSlot {
     pub was_up: bool,
     /// Its socket's TCP_NOTSENT_LOWAT is raised for bulk data (Engine::tune_lowat).
     pub lowat_raised: bool,
-    /// Its socket runs the bulk congestion control (HX_TCP_CONGESTION) instead of the latency
-    /// one, and was last full then (Engine::tune_congestion).
-    pub bulk_cc_full_at: Option<Instant>,
+    /// Its socket runs the bulk congestion control (HX_TCP_CONGESTION) since it first filled,
+    /// no longer the latency one (Engine::tune_congestion).
+    pub bulk_cc: bool,
     /// Its socket's SO_RCVLOWAT (0: the default, 1 byte), raised while a large payload arrives
     /// (Engine::tune_rcvlowat).
     pub rcvlowat: u32,
@@ -103,7 +103,7 @@ impl RailSlot {
             warned: false,
             was_up: false,
             lowat_raised: false,
-            bulk_cc_full_at: None,
+            bulk_cc: false,
             rcvlowat: 0,
             rcvlowat_since: None,
             rcvlowat_off_until: None,
@@ -485,8 +485,8 @@ impl Engine {
         mine: bool,
     ) -> Result<(), Error> {
         tcp::tune(&s, &self.rail_opts).map_err(io_err("rail socket options"))?;
-        // A new socket starts with the latency algorithm (it switches to the bulk one once it
-        // fills: Engine::tune_congestion).
+        // A new socket starts with the latency algorithm (it switches to the bulk one when it
+        // first fills: Engine::tune_congestion).
         if let Some(cc) = self.latency_cc.clone() {
             if let Err(e) = tcp::set_congestion(&s, &cc) {
                 // Not allowed to this user or not in this kernel: one algorithm throughout.
@@ -549,7 +549,7 @@ impl Engine {
         if std::mem::take(&mut r.lowat_raised) {
             self.raised_lowat -= 1;
         }
-        r.bulk_cc_full_at = None;
+        r.bulk_cc = false;
         r.rcvlowat = 0;
         r.rcvlowat_since = None;
         r.mine = mine;

@@ -42,9 +42,6 @@ pub(crate) const T_SHM_ACCEPT: u64 = T_LISTEN | 1 << 58;
 pub(crate) const T_KICK: u64 = T_LISTEN | 1 << 57;
 /// How often the engine looks after rails (reconnects, timeouts) while it is being called.
 const HOUSEKEEPING: Duration = Duration::from_millis(50);
-/// A rail socket that filled keeps the bulk congestion control (HX_TCP_CONGESTION) until it
-/// has not been full for this long: a bandwidth run's sockets fill many times a second.
-const BULK_CC_HOLD: Duration = Duration::from_millis(250);
 /// At most this many socket links are read directly while spinning (each read is a syscall).
 const SPIN_READ_LINKS: usize = 2;
 /// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
@@ -485,6 +482,20 @@ impl Engine {
     /// Bytes written so far on each rail to `peer`.
     pub fn rail_tx_bytes(&self, peer: Rank) -> Vec<u64> {
         self.core.stats(peer).tx_bytes_per_rail
+    }
+
+    /// The TCP congestion control each rail to `peer` runs now (None: not connected, or not
+    /// a TCP socket): see HX_TCP_CONGESTION_LATENCY.
+    pub fn rail_congestion(&self, peer: Rank) -> Vec<Option<String>> {
+        self.peers.get(peer as usize).map_or_else(Vec::new, |p| {
+            p.rails
+                .iter()
+                .map(|r| {
+                    let link = r.link.as_ref().filter(|l| !l.polled())?;
+                    tcp::congestion_fd(link.fd()).ok()
+                })
+                .collect()
+        })
     }
 
     /// The names of the rails to `peer` (interface names, or `lo#i`).
@@ -1668,7 +1679,6 @@ impl Engine {
             if now >= self.next_housekeeping {
                 self.next_housekeeping = now + HOUSEKEEPING;
                 self.housekeeping(now);
-                self.congestion_back(now);
                 self.shm_slot_freed();
             }
         }
@@ -1942,8 +1952,9 @@ impl Engine {
     }
 
     /// A rail socket filled: it carries bulk data, which HX_TCP_CONGESTION is for (cubic
-    /// keeps a busy 1 Gbit/s rail full, where BBR gives up 2-4% two ways), until it has not
-    /// been full for [`BULK_CC_HOLD`].
+    /// keeps a busy 1 Gbit/s rail full, where BBR gives up 2-4% two ways), from now on. Not
+    /// back: a socket switched from cubic to BBR and later to cubic again carried the next
+    /// bulk transfer over 4 unlimited rails at 0.59x (a 4 MiB bandwidth run after a pause).
     fn tune_congestion(&mut self, peer: Rank, rail: usize) {
         let Some(bulk) = self.settings.tcp_congestion.as_deref() else {
             return;
@@ -1954,8 +1965,7 @@ impl Engine {
         let Some(r) = self.peers[peer as usize].rails.get_mut(rail) else {
             return;
         };
-        let was_bulk = r.bulk_cc_full_at.replace(Instant::now()).is_some();
-        if was_bulk {
+        if std::mem::replace(&mut r.bulk_cc, true) {
             return;
         }
         if let Some(link) = r.link.as_ref() {
@@ -1963,26 +1973,6 @@ impl Engine {
                 // The socket keeps the latency algorithm; the others will not switch either.
                 debug!("hxcomm: rail sockets stop switching algorithms: {e}");
                 self.latency_cc = None;
-            }
-        }
-    }
-
-    /// Rail sockets that have not been full for [`BULK_CC_HOLD`] go back to the latency
-    /// algorithm (called with the housekeeping).
-    fn congestion_back(&mut self, now: Instant) {
-        let Some(cc) = self.latency_cc.as_deref() else {
-            return;
-        };
-        for &(p, rail) in &self.sockets {
-            let r = &mut self.peers[p as usize].rails[rail];
-            if r.bulk_cc_full_at
-                .is_some_and(|t| now.duration_since(t) >= BULK_CC_HOLD)
-            {
-                r.bulk_cc_full_at = None;
-                if let Some(link) = r.link.as_ref() {
-                    // Refused now where it was taken at the start: the socket stays as it is.
-                    let _ = tcp::set_congestion_fd(link.fd(), cc);
-                }
             }
         }
     }

@@ -86,7 +86,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "TCP_CONGESTION",
         "cubic",
-        "TCP congestion control of rail sockets (system: the kernel's default); BBR drains a busy rail every 10 s",
+        "TCP congestion control of rail sockets carrying bulk data (system: the kernel's default, and no switching); BBR drains a busy rail every 10 s",
+    ),
+    (
+        "TCP_CONGESTION_LATENCY",
+        "bbr",
+        "TCP congestion control of a rail socket until it first fills (same: HX_TCP_CONGESTION throughout); cubic makes a fresh connection wait for acknowledgements on 16-32 KiB messages",
     ),
     (
         "EAGER_CREDITS",

@@ -318,3 +318,95 @@ fn a_peer_of_another_release_is_refused_by_name() {
     drop(e);
     assert!(acceptor.join().unwrap().is_empty(), "sent bytes to it");
 }
+
+/// May this process give a socket `name` (a kernel without the module, or an unprivileged user
+/// outside net.ipv4.tcp_allowed_congestion_control, may not)?
+fn congestion_allowed(name: &str) -> bool {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    hx_transport::tcp::set_congestion(&c, name).is_ok()
+}
+
+/// The congestion control of each connected TCP rail to `peer`. Rails connect on first use
+/// (a quiet pair keeps to one), and when both sides connect at once one connection replaces
+/// the other: progress until one is there.
+fn connected_cc(e: &mut Engine, peer: u32) -> Vec<String> {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let cc: Vec<String> = e.rail_congestion(peer).into_iter().flatten().collect();
+        if !cc.is_empty() || std::time::Instant::now() > until {
+            return cc;
+        }
+        e.progress().unwrap();
+    }
+}
+
+#[test]
+fn rails_run_bbr_until_they_carry_bulk_data_then_cubic() {
+    // Where BBR may not be had, every rail stays with HX_TCP_CONGESTION (cubic).
+    let latency = if congestion_allowed("bbr") {
+        "bbr"
+    } else {
+        eprintln!("rails_run_bbr_until_...: BBR not allowed here, checking the fallback");
+        "cubic"
+    };
+    let mut s = settings(false, 2);
+    s.tcp_congestion = Some("cubic".into());
+    s.tcp_congestion_latency = Some("bbr".into());
+    let len = 64 << 20;
+    pair(s, true, move |i, e, peer| {
+        let peer = peer.unwrap();
+        // Small messages both ways connect every rail and fill none.
+        for n in 0..8u64 {
+            let s = e.isend(1, peer, 1, n, vec![n as u8; 1000]).unwrap();
+            let mut b = [0u8; 1000];
+            e.recv(1, Some(peer), Some(n), &mut b).unwrap();
+            e.wait(s).unwrap();
+        }
+        let cc = connected_cc(e, peer);
+        assert!(!cc.is_empty() && cc.iter().all(|c| c == latency), "{cc:?}");
+        // Engine 0 sends 64 MiB: the sockets it fills switch for good; engine 1 sent only
+        // small frames.
+        if i == 0 {
+            e.send(1, peer, 1, 100, &pattern(9, len)).unwrap();
+        } else {
+            let r = e.irecv(1, Some(peer), Some(100), vec![0; len]).unwrap();
+            let (_, buf) = e.wait_owned(r).unwrap();
+            assert!(buf.unwrap() == pattern(9, len));
+        }
+        let mut b = [0u8; 1];
+        let s = e.isend(1, peer, 1, 101, vec![1]).unwrap();
+        e.recv(1, Some(peer), Some(101), &mut b).unwrap();
+        e.wait(s).unwrap();
+        let cc = connected_cc(e, peer);
+        let cubic = cc.iter().filter(|c| *c == "cubic").count();
+        match (i, latency) {
+            (0, "bbr") => assert!(cubic >= 1, "the sender filled no rail: {cc:?}"),
+            (1, "bbr") => assert_eq!(cubic, 0, "the receiver sent no bulk data: {cc:?}"),
+            _ => assert_eq!(cubic, cc.len(), "{cc:?}"),
+        }
+        done(e, peer);
+    });
+    // `same`: one algorithm throughout.
+    let mut s = settings(false, 2);
+    s.tcp_congestion = Some("cubic".into());
+    s.tcp_congestion_latency = None;
+    pair(s, true, |_, e, peer| {
+        let peer = peer.unwrap();
+        let s = e.isend(1, peer, 1, 1, vec![0; 10]).unwrap();
+        let mut b = [0u8; 10];
+        e.recv(1, Some(peer), Some(1), &mut b).unwrap();
+        e.wait(s).unwrap();
+        let cc = connected_cc(e, peer);
+        assert!(!cc.is_empty() && cc.iter().all(|c| c == "cubic"), "{cc:?}");
+        done(e, peer);
+    });
+}
+
+/// Neither side finalizes (closing its rails) before the other has looked at them.
+fn done(e: &mut Engine, peer: u32) {
+    let s = e.isend(1, peer, 1, 999, vec![0]).unwrap();
+    let mut b = [0u8; 1];
+    e.recv(1, Some(peer), Some(999), &mut b).unwrap();
+    e.wait(s).unwrap();
+}

@@ -149,7 +149,10 @@ mod tests {
     #[test]
     fn every_setting_has_both_names() {
         let all = settings();
-        assert_eq!(all.len(), 22);
+        assert_eq!(all.len(), 23);
+        assert!(all
+            .iter()
+            .any(|(n, m)| n == "tcp_congestion_latency" && m.ends_with("(default bbr)")));
         assert!(all.iter().any(|(n, _)| n == "topology"));
         assert!(all
             .iter()
