@@ -175,12 +175,7 @@ fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: u32) -> io::
 /// ENOENT when the kernel has no such algorithm and EPERM when an unprivileged process asks for one
 /// outside net.ipv4.tcp_allowed_congestion_control; the socket keeps its algorithm then.
 pub fn set_congestion(stream: &TcpStream, name: &str) -> io::Result<()> {
-    setsockopt(
-        stream,
-        sockopt::TcpCongestion,
-        &std::ffi::OsString::from(name),
-    )
-    .map_err(|e| ctx(e.into(), format!("TCP_CONGESTION {name}")))
+    set_congestion_fd(stream.as_raw_fd(), name)
 }
 
 /// [`set_congestion`] on a connected rail socket's descriptor: the engine switches a rail
