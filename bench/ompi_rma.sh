@@ -8,7 +8,8 @@
 #   sudo RUNS=5 bash bench/ompi_rma.sh
 #   sudo RUNS=5 PROVIDERS="base=/tmp/old/target/release new=target/release" bash bench/ompi_rma.sh
 #
-# PROVIDERS: label=directory holding libhxcomm_fi.so (default: new=target/release). TESTS: the
+# PROVIDERS: label=directory holding libhxcomm_fi.so[,VAR=VALUE...] (settings for that column's
+# ranks; default: new=target/release). TESTS: the
 # mpi_rma arguments. Takes /tmp/hxcomm-bench.lock; brings its testbed (`rmat`) down on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,8 +38,12 @@ for run in $(seq "$RUNS"); do
   for p in $PROVIDERS; do
     label=${p%%=*}
     dir=${p#*=}
+    IFS=, read -r -a parts <<<"$dir"
+    dir=${parts[0]}
+    envs=()
+    for kv in "${parts[@]:1}"; do envs+=(-x "$kv"); done
     [[ $dir = /* ]] || dir=$root/$dir
-    v=$(FI_PROVIDER_PATH=$dir timeout 300 mpirun "${base[@]}" "${btlofi2[@]}" "$out/rma" $TESTS 2>&1 \
+    v=$(FI_PROVIDER_PATH=$dir timeout 300 mpirun "${base[@]}" "${envs[@]}" "${btlofi2[@]}" "$out/rma" $TESTS 2>&1 \
       | tee -a "$out/raw.txt" | figures)
     echo "$run btlofi2 $label: $v"
   done
