@@ -679,6 +679,7 @@ impl Engine {
             return false;
         };
         let r = &mut self.peers[dst as usize].rails[rail];
+        r.wake_latency_cc(self.latency_cc.as_deref());
         let written = match r.link.as_mut() {
             Some(link) => link.write_frame(&hdr, payload).unwrap_or(0),
             None => 0,
@@ -1891,6 +1892,7 @@ impl Engine {
             let Some(r) = self.peers[p].rails.get_mut(rail) else {
                 return made;
             };
+            r.wake_latency_cc(self.latency_cc.as_deref());
             let blocked = r.blocked;
             let Some(link) = r.link.as_mut() else {
                 return made;
@@ -1952,9 +1954,9 @@ impl Engine {
     }
 
     /// A rail socket filled: it carries bulk data, which HX_TCP_CONGESTION is for (cubic
-    /// keeps a busy 1 Gbit/s rail full, where BBR gives up 2-4% two ways), from now on. Not
-    /// back: a socket switched from cubic to BBR and later to cubic again carried the next
-    /// bulk transfer over 4 unlimited rails at 0.59x (a 4 MiB bandwidth run after a pause).
+    /// keeps a busy 1 Gbit/s rail full, where BBR gives up 2-4% two ways), until it has
+    /// written nothing for [`BULK_CC_IDLE_MS`](crate::conn::BULK_CC_IDLE_MS) (then
+    /// RailSlot::wake_latency_cc takes it back to the latency algorithm before its next write).
     fn tune_congestion(&mut self, peer: Rank, rail: usize) {
         let Some(bulk) = self.settings.tcp_congestion.as_deref() else {
             return;
@@ -1968,6 +1970,7 @@ impl Engine {
         if std::mem::replace(&mut r.bulk_cc, true) {
             return;
         }
+        r.bulk_written_ms = crate::conn::coarse_ms();
         if let Some(link) = r.link.as_ref() {
             if let Err(e) = tcp::set_congestion_fd(link.fd(), bulk) {
                 // The socket keeps the latency algorithm; the others will not switch either.

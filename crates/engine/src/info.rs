@@ -91,7 +91,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "TCP_CONGESTION_LATENCY",
         "bbr",
-        "TCP congestion control of a rail socket until it first fills (same: HX_TCP_CONGESTION throughout); cubic makes a fresh connection wait for acknowledgements on 16-32 KiB messages",
+        "TCP congestion control of a rail socket until it fills, and again after 200 ms without a write (same: HX_TCP_CONGESTION throughout); cubic makes a fresh connection wait for acknowledgements on 16-32 KiB messages",
     ),
     (
         "EAGER_CREDITS",

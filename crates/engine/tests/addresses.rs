@@ -342,7 +342,7 @@ fn connected_cc(e: &mut Engine, peer: u32) -> Vec<String> {
 }
 
 #[test]
-fn rails_run_bbr_until_they_carry_bulk_data_then_cubic() {
+fn rails_run_bbr_until_they_carry_bulk_data_then_cubic_until_idle() {
     // Where BBR may not be had, every rail stays with HX_TCP_CONGESTION (cubic).
     let latency = if congestion_allowed("bbr") {
         "bbr"
@@ -385,6 +385,37 @@ fn rails_run_bbr_until_they_carry_bulk_data_then_cubic() {
             (1, "bbr") => assert_eq!(cubic, 0, "the receiver sent no bulk data: {cc:?}"),
             _ => assert_eq!(cubic, cc.len(), "{cc:?}"),
         }
+        done(e, peer);
+    });
+    // One rail: after 64 MiB it runs cubic; idle for longer than BULK_CC_IDLE_MS, its next
+    // write takes it back to BBR (cubic restarts a paced window after idle).
+    let mut s = settings(false, 1);
+    s.tcp_congestion = Some("cubic".into());
+    s.tcp_congestion_latency = Some("bbr".into());
+    pair(s, true, move |i, e, peer| {
+        let peer = peer.unwrap();
+        let len = 64 << 20;
+        if i == 0 {
+            e.send(1, peer, 1, 100, &pattern(3, len)).unwrap();
+        } else {
+            let r = e.irecv(1, Some(peer), Some(100), vec![0; len]).unwrap();
+            let (_, buf) = e.wait_owned(r).unwrap();
+            assert!(buf.unwrap() == pattern(3, len));
+        }
+        let mut b = [0u8; 1];
+        let s = e.isend(1, peer, 1, 101, vec![1]).unwrap();
+        e.recv(1, Some(peer), Some(101), &mut b).unwrap();
+        e.wait(s).unwrap();
+        let filled = connected_cc(e, peer);
+        if i == 0 && latency == "bbr" {
+            assert_eq!(filled, ["cubic"], "the sender's one rail did not switch");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let s = e.isend(1, peer, 1, 102, vec![2]).unwrap();
+        e.recv(1, Some(peer), Some(102), &mut b).unwrap();
+        e.wait(s).unwrap();
+        let cc = connected_cc(e, peer);
+        assert_eq!(cc, [latency], "after idle (before: {filled:?})");
         done(e, peer);
     });
     // `same`: one algorithm throughout.
