@@ -5,31 +5,19 @@
 // each block of BLOCK messages), sleep IDLE_MS again and time another BULK_MB MiB one way.
 //
 //   hxcomm run -n 2 --net --name T -- ./hx_idle SIZE MESSAGES BLOCK IDLE_MS CYCLES BULK_MB
-#include <hxcomm.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "hx_bench_util.h"
 #include <string.h>
-#include <time.h>
 
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+// Rank 0 sends `count` messages of `len` bytes to rank 1 (tag 2).
+static void bulk_one_way(hx_endpoint *ep, hx_target peer, uint32_t me, char *buf, size_t len, int count) {
+  hx_status st;
+  for (int i = 0; i < count; i++) {
+    if (me == 0)
+      CHECK(hx_write(ep, peer, 2, buf, len));
+    else
+      CHECK(hx_read(ep, 0, 2, buf, len, &st));
+  }
 }
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    int rc_ = (call);                                                                 \
-    if (rc_) {                                                                        \
-      fprintf(stderr, "%s: %s (%s)\n", #call, hx_strerror(rc_), hx_last_error());    \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
 
 int main(int argc, char **argv) {
   if (argc != 7) {
@@ -53,12 +41,7 @@ int main(int argc, char **argv) {
   char *buf = calloc(1, size);
   double *t = malloc(sizeof(double) * (size_t)block);
   CHECK(hx_barrier(ctx));
-  for (int i = 0; i < bulk_mb / 4; i++) {
-    if (me == 0)
-      CHECK(hx_write(ep, peer, 2, big, bulk));
-    else
-      CHECK(hx_read(ep, 0, 2, big, bulk, &st));
-  }
+  bulk_one_way(ep, peer, me, big, bulk, bulk_mb / 4);
   CHECK(hx_barrier(ctx));
   for (int c = 0; c < cycles; c++) {
     struct timespec idle = {idle_ms / 1000, (long)(idle_ms % 1000) * 1000000L};
@@ -83,12 +66,7 @@ int main(int argc, char **argv) {
     nanosleep(&idle, NULL);
     CHECK(hx_barrier(ctx));
     double s = now_us();
-    for (int i = 0; i < bulk_mb / 4; i++) {
-      if (me == 0)
-        CHECK(hx_write(ep, peer, 2, big, bulk));
-      else
-        CHECK(hx_read(ep, 0, 2, big, bulk, &st));
-    }
+    bulk_one_way(ep, peer, me, big, bulk, bulk_mb / 4);
     CHECK(hx_barrier(ctx));
     if (me == 0) printf(" | then %d MiB: %.0f MB/s\n", bulk_mb, bulk_mb * 1048576.0 / (now_us() - s));
     fflush(stdout);

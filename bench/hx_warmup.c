@@ -3,31 +3,8 @@
 // "Rail sockets on BBR until they carry bulk data").
 //
 //   hxcomm run -n 2 --net --name T --policy rr -- ./hx_warmup SIZE MESSAGES BLOCK
-#include <hxcomm.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "hx_bench_util.h"
 #include <string.h>
-#include <time.h>
-
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    int rc_ = (call);                                                                 \
-    if (rc_) {                                                                        \
-      fprintf(stderr, "%s: %s (%s)\n", #call, hx_strerror(rc_), hx_last_error());    \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
 
 int main(int argc, char **argv) {
   if (argc != 4) {
