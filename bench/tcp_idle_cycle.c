@@ -5,7 +5,9 @@
 //
 //   ip netns exec H1 tcp_idle_cycle server PORT ROUNDS
 //   ip netns exec H0 tcp_idle_cycle client ADDR PORT ROUNDS IDLE_MS
-//   (environment: CC_START, CC_BULK, CC_IDLE: TCP_CONGESTION names, each optional)
+//   (environment: CC_EARLY (set on the listener and before connect, so the connection's
+//   first algorithm is this one), CC_START (set once connected), CC_BULK, CC_IDLE:
+//   TCP_CONGESTION names, each optional)
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,11 +42,13 @@ int main(int argc, char **argv) {
   if (server) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setcc(l, getenv("CC_EARLY"));
     a.sin_port = htons((unsigned short)atoi(argv[2]));
     if (bind(l, (void *)&a, sizeof a) || listen(l, 1)) { perror("listen"); return 1; }
     fd = accept(l, NULL, NULL);
   } else {
     fd = socket(AF_INET, SOCK_STREAM, 0);
+    setcc(fd, getenv("CC_EARLY"));
     a.sin_port = htons((unsigned short)atoi(argv[3]));
     inet_pton(AF_INET, argv[2], &a.sin_addr);
     if (connect(fd, (void *)&a, sizeof a)) { perror("connect"); return 1; }
