@@ -334,16 +334,25 @@ impl Engine {
 
     fn start_tcp(&mut self, peer: Rank, rail: usize, now: Instant) {
         let route = self.peers[peer as usize].rails[rail].route.clone();
-        let stream =
-            match tcp::connect_nonblocking(route.local, route.device.as_deref(), route.remote) {
-                Ok(s) => s,
-                Err(e) => {
-                    // Unreachable at once (no route: a relay's link is down, say).
-                    self.core.rail_unreachable(peer, rail);
-                    self.warn_unconnected(peer, rail, &e.to_string());
-                    return;
-                }
-            };
+        // The algorithm it starts with, before the connection exists (tcp::first_congestion).
+        let first_cc = self
+            .latency_cc
+            .as_deref()
+            .or(self.settings.tcp_congestion.as_deref());
+        let stream = match tcp::connect_nonblocking(
+            route.local,
+            route.device.as_deref(),
+            route.remote,
+            first_cc,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                // Unreachable at once (no route: a relay's link is down, say).
+                self.core.rail_unreachable(peer, rail);
+                self.warn_unconnected(peer, rail, &e.to_string());
+                return;
+            }
+        };
         let slot = put(
             &mut self.connecting,
             Connecting {

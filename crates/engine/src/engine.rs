@@ -198,16 +198,18 @@ fn random_instance() -> Result<u64, Error> {
 fn listen_everywhere(
     rails: &[hx_transport::ifaces::Iface],
     bind_devices: bool,
+    congestion: Option<&str>,
 ) -> Result<(u16, Vec<(TcpListener, String)>), Error> {
     let mut last = None;
     for _ in 0..16 {
-        let lo = tcp::listen(Ipv4Addr::LOCALHOST, None, 0).map_err(io_err("loopback listener"))?;
+        let lo = tcp::listen(Ipv4Addr::LOCALHOST, None, 0, congestion)
+            .map_err(io_err("loopback listener"))?;
         let port = lo.local_addr().map_err(io_err("local_addr"))?.port();
         let mut all = vec![(lo, "lo".to_string())];
         let mut ok = true;
         for iface in rails {
             let device = bind_devices.then_some(iface.name.as_str());
-            match tcp::listen(iface.addr, device, port) {
+            match tcp::listen(iface.addr, device, port, congestion) {
                 Ok(l) => all.push((l, iface.name.clone())),
                 Err(e) if e.kind() == ErrorKind::AddrInUse => {
                     last = Some(e);
@@ -306,7 +308,12 @@ impl Engine {
             };
             // Relayed paths bring a connection in on one NIC and take its replies out by
             // another: listeners on a topology are not bound to devices.
-            let (port, ls) = listen_everywhere(listen_on, place.is_none())?;
+            // Accepted rails start with the algorithm the connecting side gives its own.
+            let first_cc = settings
+                .tcp_congestion_latency
+                .as_deref()
+                .or(settings.tcp_congestion.as_deref());
+            let (port, ls) = listen_everywhere(listen_on, place.is_none(), first_cc)?;
             addr.port = port;
             listeners = ls;
             for iface in rails.iter().take(ADDRESS_MAX_RAILS) {

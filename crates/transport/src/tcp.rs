@@ -54,9 +54,18 @@ fn ctx(e: io::Error, what: String) -> io::Error {
 /// A listener on `ip`, `port` (0: chosen by the kernel), bound to `device` if given. Never binds
 /// the wildcard address: callers pass a rail or loopback address. The backlog is the kernel's
 /// maximum: a burst of peers connecting at once waits there rather than being refused.
-pub fn listen(ip: Ipv4Addr, device: Option<&str>, port: u16) -> io::Result<TcpListener> {
+///
+/// `congestion`: the congestion control the connections it accepts start with (see
+/// [`first_congestion`]).
+pub fn listen(
+    ip: Ipv4Addr,
+    device: Option<&str>,
+    port: u16,
+    congestion: Option<&str>,
+) -> io::Result<TcpListener> {
     let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
+    first_congestion(&s, congestion);
     if let Some(dev) = device {
         s.bind_device(Some(dev.as_bytes()))
             .map_err(|e| ctx(e, format!("SO_BINDTODEVICE {dev}")))?;
@@ -71,8 +80,13 @@ pub fn listen(ip: Ipv4Addr, device: Option<&str>, port: u16) -> io::Result<TcpLi
 
 /// A TCP socket bound to `local` (port chosen by the kernel) and, if given, to `device` — the
 /// device first, so that the bind already honours it.
-fn bound_socket(local: Ipv4Addr, device: Option<&str>) -> io::Result<Socket> {
+fn bound_socket(
+    local: Ipv4Addr,
+    device: Option<&str>,
+    congestion: Option<&str>,
+) -> io::Result<Socket> {
     let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    first_congestion(&s, congestion);
     if let Some(dev) = device {
         s.bind_device(Some(dev.as_bytes()))
             .map_err(|e| ctx(e, format!("SO_BINDTODEVICE {dev}")))?;
@@ -87,6 +101,18 @@ fn bound_socket(local: Ipv4Addr, device: Option<&str>) -> io::Result<Socket> {
     Ok(s)
 }
 
+/// Gives a socket its congestion control before it connects (on a listener: before the
+/// connections it accepts start, which inherit it), so that a connection never runs the
+/// kernel's default first. That matters where the default is BBR: its start asks TCP to pace
+/// the socket, and nothing takes that back when the socket then switches to cubic
+/// (BENCHMARKS.md, "After idle"). Best effort: a refusal shows, and is reported, when the
+/// engine sets the algorithm again on the connected socket.
+fn first_congestion(s: &Socket, congestion: Option<&str>) {
+    if let Some(cc) = congestion {
+        let _ = set_congestion_fd(s.as_raw_fd(), cc);
+    }
+}
+
 /// Connects from `local` (bound to `device` if given) to `remote`, within `timeout`.
 pub fn connect(
     local: Ipv4Addr,
@@ -94,7 +120,7 @@ pub fn connect(
     remote: SocketAddr,
     timeout: Duration,
 ) -> io::Result<TcpStream> {
-    let s = bound_socket(local, device)?;
+    let s = bound_socket(local, device, None)?;
     s.connect_timeout(&remote.into(), timeout)
         .map_err(|e| ctx(e, format!("connect {local} -> {remote}")))?;
     Ok(s.into())
@@ -221,13 +247,15 @@ pub fn congestion_fd(fd: RawFd) -> io::Result<String> {
 }
 
 /// Starts a nonblocking connection (for reconnecting a rail without stalling the progress loop);
-/// completion shows as writability.
+/// completion shows as writability. `congestion`: the algorithm it starts with
+/// ([`first_congestion`]).
 pub fn connect_nonblocking(
     local: Ipv4Addr,
     device: Option<&str>,
     remote: SocketAddr,
+    congestion: Option<&str>,
 ) -> io::Result<TcpStream> {
-    let s = bound_socket(local, device)?;
+    let s = bound_socket(local, device, congestion)?;
     s.set_nonblocking(true)?;
     match s.connect(&remote.into()) {
         Ok(()) => {}
@@ -393,5 +421,29 @@ mod tests {
         );
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         assert!(congestion_fd(a.as_raw_fd()).is_err());
+    }
+
+    #[test]
+    fn connections_start_with_the_algorithm_given_before_they_exist() {
+        // Not the kernel's default (cubic or bbr): reno, present and allowed everywhere.
+        let l = listen(Ipv4Addr::LOCALHOST, None, 0, Some("reno")).unwrap();
+        let at = l.local_addr().unwrap();
+        let c = connect_nonblocking(Ipv4Addr::LOCALHOST, None, at, Some("reno")).unwrap();
+        let accepted = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        assert_eq!(congestion_fd(c.as_raw_fd()).unwrap(), "reno");
+        assert_eq!(
+            congestion_fd(accepted.as_raw_fd()).unwrap(),
+            "reno",
+            "inherited"
+        );
+        // A name the kernel refuses leaves the default; the engine reports it later.
+        let l = listen(Ipv4Addr::LOCALHOST, None, 0, Some("no_such_cc")).unwrap();
+        assert!(l.local_addr().is_ok());
     }
 }

@@ -106,7 +106,7 @@ fn conformance(mut a: Box<dyn Link>, mut b: Box<dyn Link>) {
 }
 
 fn tcp_pair() -> (Box<dyn Link>, Box<dyn Link>) {
-    let l = tcp::listen(Ipv4Addr::LOCALHOST, None, 0).unwrap();
+    let l = tcp::listen(Ipv4Addr::LOCALHOST, None, 0, None).unwrap();
     let addr = l.local_addr().unwrap();
     let c = tcp::connect(Ipv4Addr::LOCALHOST, None, addr, Duration::from_secs(5)).unwrap();
     l.set_nonblocking(false).unwrap();
