@@ -711,6 +711,9 @@ fn hxcomm(cx: &Ctx, r: usize, t: Test, policy: Option<&str>) -> Result<parse::Hx
     };
     let mut c = Command::new(&cx.exe);
     c.args(["run", "-n", "2", "--net", "--name", &cx.o.name]);
+    // Unbound like the tools beside it (Open MPI runs with --bind-to none here: its daemons,
+    // one per testbed host, would each bind their rank to the same first core).
+    c.env("HX_BIND", "none");
     if let Some(p) = policy {
         c.args(["--policy", p]);
     }

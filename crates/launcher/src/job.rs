@@ -102,6 +102,9 @@ pub struct Job {
     out_done_tx: Option<mpsc::Sender<()>>,
     out_threads: usize,
     pub(crate) watchdog: Option<Watchdog>,
+    /// The CPU of each rank this process starts, in the order it starts them (empty: not
+    /// bound; crate::bind).
+    cpus: Vec<usize>,
 }
 
 impl Job {
@@ -118,6 +121,7 @@ impl Job {
             out_done: rx,
             out_done_tx: Some(tx),
             out_threads: 0,
+            cpus: crate::bind::from_env(here as usize),
             watchdog: match Watchdog::start(here as usize) {
                 Ok(w) => Some(w),
                 Err(e) => {
@@ -177,6 +181,9 @@ impl Job {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         cmd.process_group(0);
+        if let Some(&cpu) = self.cpus.get(self.ranks.len()) {
+            crate::bind::bind_child(&mut cmd, cpu);
+        }
         die_with_launcher(&mut cmd);
         // The rank registers its group itself before its program runs: a `kill -9` of this
         // process right after the spawn must not leave what the rank starts unknown to the

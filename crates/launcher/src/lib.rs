@@ -12,6 +12,7 @@
 //! arguments or a missing testbed; 127 when the program cannot be found.
 
 pub mod agent;
+mod bind;
 pub mod hosts;
 mod job;
 mod output;
@@ -131,6 +132,10 @@ pub fn run(args: RunArgs) -> i32 {
 /// written there (prefixed under `--tag-output`); without, they go to this process's stdout and
 /// stderr (inherited, or through pipes under `--tag-output`).
 pub fn run_with_output(args: RunArgs, sinks: Option<OutputSinks>) -> i32 {
+    if let Err(e) = bind::check_env() {
+        eprintln!("hxcomm run: {e}");
+        return 2;
+    }
     let plan = match plan::plan(&args) {
         Ok(p) => p,
         Err(e) => {

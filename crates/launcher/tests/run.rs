@@ -111,6 +111,50 @@ fn ranks_see_rank_size_and_bootstrap() {
     }
 }
 
+/// The CPUs this process may use (its Cpus_allowed_list).
+fn allowed_list() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn ranks_get_a_cpu_each_when_they_fit() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let script = r#"grep Cpus_allowed_list /proc/self/status"#;
+    if cpus >= 2 && allowed_list().contains(['-', ',']) {
+        let (code, out, err) = run_captured(sh(2, script));
+        assert_eq!(code, 0, "stderr: {err}");
+        let lists: Vec<&str> = (0..2)
+            .map(|r| {
+                let l = out
+                    .lines()
+                    .find(|l| l.starts_with(&format!("[{r}] ")))
+                    .unwrap();
+                l.rsplit(['\t', ' ']).next().unwrap()
+            })
+            .collect();
+        assert!(
+            lists.iter().all(|l| l.parse::<usize>().is_ok()) && lists[0] != lists[1],
+            "two ranks, one CPU each: {out}"
+        );
+    } else {
+        eprintln!("ranks_get_a_cpu_each_when_they_fit: skipped, fewer than 2 CPUs allowed");
+    }
+    // More ranks than CPUs: not bound, as the launcher itself.
+    let (code, out, err) = run_captured(sh(cpus as u32 + 1, script));
+    assert_eq!(code, 0, "stderr: {err}");
+    let own = allowed_list();
+    assert!(
+        out.lines().all(|l| l.ends_with(&own)),
+        "{out} (launcher: {own})"
+    );
+}
+
 #[test]
 fn env_and_policy_delivered() {
     let mut a = sh(2, r#"echo "foo=$FOO policy=$HX_POLICY""#);
