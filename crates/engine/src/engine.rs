@@ -1960,8 +1960,8 @@ impl Engine {
         }
     }
 
-    /// A rail socket filled: it carries bulk data, which HX_TCP_CONGESTION is for (cubic
-    /// keeps a busy 1 Gbit/s rail full, where BBR gives up 2-4% two ways), until it has
+    /// A rail socket filled: it carries bulk data, which HX_TCP_CONGESTION is for (when a
+    /// latency algorithm is set; by default there is one throughout), until it has
     /// written nothing for [`BULK_CC_IDLE_MS`](crate::conn::BULK_CC_IDLE_MS) (then
     /// RailSlot::wake_latency_cc takes it back to the latency algorithm before its next write).
     fn tune_congestion(&mut self, peer: Rank, rail: usize) {

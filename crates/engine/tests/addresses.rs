@@ -434,6 +434,36 @@ fn rails_run_bbr_until_they_carry_bulk_data_then_cubic_until_idle() {
     });
 }
 
+#[test]
+fn rails_run_reno_throughout_by_default() {
+    // The defaults, not the environment's: reno from the first packet, through 64 MiB of bulk
+    // data each way (no switch: a socket BBR started would stay paced).
+    let mut s = Settings::from_lookup(&|_: &str| None).unwrap();
+    s.loopback_rails = 2;
+    s.shm = false;
+    s.connect_timeout = Duration::from_secs(10);
+    assert_eq!(s.tcp_congestion.as_deref(), Some("reno"));
+    assert_eq!(s.tcp_congestion_latency, None);
+    pair(s, true, |i, e, peer| {
+        let peer = peer.unwrap();
+        let len = 64 << 20;
+        for dir in 0..2 {
+            if i == dir {
+                e.send(1, peer, 1, dir as u64, &pattern(5, len)).unwrap();
+            } else {
+                let r = e
+                    .irecv(1, Some(peer), Some(dir as u64), vec![0; len])
+                    .unwrap();
+                let (_, buf) = e.wait_owned(r).unwrap();
+                assert!(buf.unwrap() == pattern(5, len));
+            }
+        }
+        let cc = connected_cc(e, peer);
+        assert!(!cc.is_empty() && cc.iter().all(|c| c == "reno"), "{cc:?}");
+        done(e, peer);
+    });
+}
+
 /// Neither side finalizes (closing its rails) before the other has looked at them.
 fn done(e: &mut Engine, peer: u32) {
     let s = e.isend(1, peer, 1, 999, vec![0]).unwrap();

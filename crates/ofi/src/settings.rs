@@ -152,11 +152,11 @@ mod tests {
         assert_eq!(all.len(), 23);
         assert!(all
             .iter()
-            .any(|(n, m)| n == "tcp_congestion_latency" && m.ends_with("(default bbr)")));
+            .any(|(n, m)| n == "tcp_congestion_latency" && m.ends_with("(default same)")));
         assert!(all.iter().any(|(n, _)| n == "topology"));
         assert!(all
             .iter()
-            .any(|(n, m)| n == "tcp_congestion" && m.ends_with("(default cubic)")));
+            .any(|(n, m)| n == "tcp_congestion" && m.ends_with("(default reno)")));
         assert!(all.iter().any(|(n, _)| n == "links_per_dim"));
         assert!(all
             .iter()
