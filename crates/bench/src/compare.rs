@@ -120,6 +120,9 @@ struct Ctx {
     mpis: Vec<Mpi>,
     all: Vec<Meas>,
     failures: Vec<String>,
+    /// The rails' congestion control (HX_TCP_CONGESTION), given to iperf3 too (`-C`) so that
+    /// raw TCP runs the algorithm hxcomm's rails run, not the kernel's default.
+    rail_congestion: Option<String>,
 }
 
 #[derive(Clone)]
@@ -236,6 +239,9 @@ pub fn run(o: &CompareOpts) -> Result<(), String> {
         mpis,
         all: Vec::new(),
         failures: Vec::new(),
+        rail_congestion: hx_engine::Settings::from_env()
+            .map_err(|e| e.to_string())?
+            .tcp_congestion,
     };
     let mut tables = Vec::new();
     for &r in &rail_counts {
@@ -640,6 +646,9 @@ fn iperf(cx: &Ctx, _r: usize, streams: usize, bidir: bool) -> Result<(f64, Optio
         if bidir {
             args.push("--bidir");
         }
+        if let Some(cc) = cx.rail_congestion.as_deref() {
+            args.extend(["-C", cc]);
+        }
         clients.push(Job::spawn(in_ns(&h0, "iperf3", &args))?);
     }
     let (mut mb, mut bytes, mut cpu) = (0.0, 0.0, 0.0);
@@ -945,6 +954,11 @@ fn table(cx: &Ctx, r: usize) -> String {
         )),
         (None, Some(n)) => head.push_str(&format!("Wire limit one way: {n:.1} MB/s nominal.\n\n")),
         _ => head.push_str("Unlimited rails: no wire limit; latency is the figure that counts.\n\n"),
+    }
+    if let Some(cc) = cx.rail_congestion.as_deref() {
+        head.push_str(&format!(
+            "iperf3 runs the rails' congestion control (`-C {cc}`, HX_TCP_CONGESTION); the MPIs run the kernel's default.\n\n"
+        ));
     }
     let mut hdr: Vec<String> = [
         "measurement",
