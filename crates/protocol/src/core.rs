@@ -1633,8 +1633,7 @@ impl<B: Buffer> Core<B> {
                 // Not where links keep up with writes (the CPU is the limit): there a rail's
                 // next message does not wait for the last, and another rail costs its sockets'
                 // cold state (1.2-1.7x at 16-32 KiB over 4 unlimited rails while rails ran
-                // cubic from the start; with BBR until a rail fills, see the engine's
-                // tune_congestion, rr and bind read the same there).
+                // cubic from the start, whose HyStart ends a fresh socket's slow start early).
                 if quiet && (len < ROTATE_FROM || p.keeps_up(bound)) {
                     return live_from(p, bound);
                 }

@@ -3,7 +3,8 @@
 //! rails gains nothing and costs a write, a read and often a wakeup per piece (a 256 KiB
 //! ping-pong over 4 unlimited rails took twice as long as over one), and moving a quiet pair's
 //! messages from rail to rail costs their sockets' warm state (mostly a fresh connection's
-//! congestion window under cubic, which rails now avoid by running BBR until they first fill).
+//! congestion window; rails run reno, whose slow start no early exit cuts short, as cubic's
+//! HyStart did).
 //!
 //! The driver tells, right after a flush that wrote enough of a large message's data to judge,
 //! how much of it the link still holds (a socket's unsent and unacknowledged bytes). A link
