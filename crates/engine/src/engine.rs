@@ -505,6 +505,20 @@ impl Engine {
         })
     }
 
+    /// Each connected TCP rail socket's SO_MAX_PACING_RATE to `peer` (bytes per second;
+    /// `u64::MAX`: unpaced), as [`rail_congestion`](Self::rail_congestion).
+    pub fn rail_pacing(&self, peer: Rank) -> Vec<Option<u64>> {
+        self.peers.get(peer as usize).map_or_else(Vec::new, |p| {
+            p.rails
+                .iter()
+                .map(|r| {
+                    let link = r.link.as_ref().filter(|l| !l.polled())?;
+                    tcp::max_pacing_rate(link.fd()).ok()
+                })
+                .collect()
+        })
+    }
+
     /// The names of the rails to `peer` (interface names, or `lo#i`).
     pub fn rail_names(&self, peer: Rank) -> Vec<String> {
         self.peers

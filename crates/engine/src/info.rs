@@ -94,6 +94,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "TCP congestion control of a rail socket until it fills, and again after 200 ms without a write (same: HX_TCP_CONGESTION throughout); BBR here left filled sockets paced, 1.1-1.8x slower for 64 KiB-4 MiB over 4 unlimited rails",
     ),
     (
+        "RAIL_RATE",
+        "none",
+        "each rail's link rate (1gbit, 2.5gbit, 100mbit): TCP rail sockets are paced 5% above it, so data waits in the socket rather than behind megabytes in a deep switch queue (64 KiB two ways over 4 x 1 Gbit/s testbed rails 1.29x); none: not paced",
+    ),
+    (
         "EAGER_CREDITS",
         "4m",
         "eager bytes a sender may have outstanding at one receiver",

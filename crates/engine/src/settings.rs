@@ -40,6 +40,10 @@ pub struct Settings {
     /// HX_TCP_CONGESTION=system). If set, a socket that fills switches to HX_TCP_CONGESTION,
     /// and back before its first write after 200 ms without one (conn::BULK_CC_IDLE_MS).
     pub tcp_congestion_latency: Option<String>,
+    /// HX_RAIL_RATE: the rate of each rail's link in bits per second (None, from `none`: not
+    /// given). Given, every TCP rail socket is paced just above it (SO_MAX_PACING_RATE), so
+    /// that data waits in the socket, not in a deep queue further on.
+    pub rail_rate: Option<u64>,
     /// HX_CONNECT_TIMEOUT: how long one connection attempt (connect and handshake) may take.
     pub connect_timeout: Duration,
     /// HX_RAIL_TIMEOUT: milliseconds without progress after which a rail counts as broken.
@@ -167,6 +171,7 @@ impl Settings {
                 Some(bulk) => tcp_congestion(var, "HX_TCP_CONGESTION_LATENCY", "same")?
                     .filter(|latency| *latency != bulk),
             },
+            rail_rate: rail_rate(var)?,
             connect_timeout: Duration::from_secs(num(var, "HX_CONNECT_TIMEOUT", 30u64)?),
             rail_timeout: Duration::from_millis(num(var, "HX_RAIL_TIMEOUT", 1000u64)?.max(1)),
             rank_timeout: Duration::from_secs(num(var, "HX_RANK_TIMEOUT", 30u64)?.max(1)),
@@ -210,6 +215,30 @@ fn topology(var: Lookup) -> Result<Option<hx_topology::Topology>, Error> {
         )));
     }
     Ok(Some(t.with_detours(detours)))
+}
+
+/// HX_RAIL_RATE: `none`, or bits per second as tc writes them (`1gbit`, `2.5gbit`, `100mbit`,
+/// `640kbit`, or a plain number).
+fn rail_rate(var: Lookup) -> Result<Option<u64>, Error> {
+    let Some(v) = var("HX_RAIL_RATE").filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let t = v.trim().to_ascii_lowercase();
+    if t == "none" {
+        return Ok(None);
+    }
+    let (num, mult) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
+        .iter()
+        .find_map(|(suffix, m)| t.strip_suffix(suffix).map(|n| (n, *m)))
+        .unwrap_or((t.as_str(), 1.0));
+    let bits = num.trim().parse::<f64>().ok().map(|n| n * mult);
+    match bits {
+        Some(b) if (1000.0..1e15).contains(&b) => Ok(Some(b as u64)),
+        _ => Err(Error::Config(format!(
+            "HX_RAIL_RATE={v}: expected a link rate such as 1gbit, 2.5gbit or 100mbit \
+             (at least 1kbit), or none"
+        ))),
+    }
 }
 
 /// HX_TCP_CONGESTION (`system`: the kernel's default) or HX_TCP_CONGESTION_LATENCY (`same`:
@@ -328,6 +357,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("HX_DETOURS=maybe"), "{e}");
+    }
+
+    #[test]
+    fn rail_rate_in_bits_per_second() {
+        let rate = |v: &str| {
+            Settings::from_lookup(&|n: &str| (n == "HX_RAIL_RATE").then(|| v.to_string()))
+                .map(|s| s.rail_rate)
+        };
+        assert_eq!(rate("").unwrap(), None);
+        assert_eq!(rate("none").unwrap(), None);
+        assert_eq!(rate("1gbit").unwrap(), Some(1_000_000_000));
+        assert_eq!(rate("2.5gbit").unwrap(), Some(2_500_000_000));
+        assert_eq!(rate("100mbit").unwrap(), Some(100_000_000));
+        assert_eq!(rate("640kbit").unwrap(), Some(640_000));
+        assert_eq!(rate("1000000").unwrap(), Some(1_000_000));
+        for bad in ["fast", "0", "-1gbit", "1gbyte", "1e400gbit", "0.5bit"] {
+            let e = rate(bad).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("HX_RAIL_RATE={bad}")) && e.contains("1gbit"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -464,6 +464,27 @@ fn rails_run_reno_throughout_by_default() {
     });
 }
 
+#[test]
+fn rail_rate_paces_every_rail_socket_just_above_it() {
+    for (rate, want) in [(None, u64::MAX), (Some(1_000_000_000u64), 131_250_000u64)] {
+        let mut s = settings(false, 2);
+        s.rail_rate = rate;
+        pair(s, true, move |_, e, peer| {
+            let peer = peer.unwrap();
+            let len = 4 << 20;
+            let s = e.isend(1, peer, 1, 7, pattern(7, len)).unwrap();
+            let r = e.irecv(1, Some(peer), Some(7), vec![0; len]).unwrap();
+            let (_, buf) = e.wait_owned(r).unwrap();
+            e.wait(s).unwrap();
+            assert!(buf.unwrap() == pattern(7, len));
+            let paced: Vec<u64> = e.rail_pacing(peer).into_iter().flatten().collect();
+            assert!(!paced.is_empty(), "no rail connected");
+            assert!(paced.iter().all(|&p| p == want), "{rate:?}: {paced:?}");
+            done(e, peer);
+        });
+    }
+}
+
 /// Neither side finalizes (closing its rails) before the other has looked at them.
 fn done(e: &mut Engine, peer: u32) {
     let s = e.isend(1, peer, 1, 999, vec![0]).unwrap();

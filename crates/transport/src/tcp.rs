@@ -150,6 +150,52 @@ pub fn tune(stream: &TcpStream, opts: &RailOptions) -> io::Result<()> {
     stream.set_nonblocking(true)
 }
 
+/// Caps a socket's send rate at `bytes_per_s` (SO_MAX_PACING_RATE; `u64::MAX`: no cap). TCP
+/// then paces the socket itself (no fq qdisc needed).
+pub fn set_max_pacing_rate(fd: RawFd, bytes_per_s: u64) -> io::Result<()> {
+    // SAFETY: a plain setsockopt on a descriptor the caller holds open, with a u64 value (the
+    // kernel takes 64 bits when given 8 bytes).
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&bytes_per_s as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A socket's SO_MAX_PACING_RATE (bytes per second; `u64::MAX`: no cap).
+pub fn max_pacing_rate(fd: RawFd) -> io::Result<u64> {
+    let mut v: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt into a u64 the kernel may fill up to `len` bytes of.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&mut v as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // A 4-byte answer: ~0U means no cap.
+    Ok(if len == 4 && v as u32 == u32::MAX {
+        u64::MAX
+    } else {
+        v
+    })
+}
+
 /// Changes a connected rail socket's TCP_NOTSENT_LOWAT (see [`RailOptions::notsent_lowat`]).
 /// The engine raises it while much bulk data is queued, so that a sender wakes once per
 /// `bytes / 2` drained rather than once per default low-water mark, and lowers it again for
