@@ -494,26 +494,28 @@ impl Engine {
     /// The TCP congestion control each rail to `peer` runs now (None: not connected, or not
     /// a TCP socket): see HX_TCP_CONGESTION_LATENCY.
     pub fn rail_congestion(&self, peer: Rank) -> Vec<Option<String>> {
-        self.peers.get(peer as usize).map_or_else(Vec::new, |p| {
-            p.rails
-                .iter()
-                .map(|r| {
-                    let link = r.link.as_ref().filter(|l| !l.polled())?;
-                    tcp::congestion_fd(link.fd()).ok()
-                })
-                .collect()
-        })
+        self.rail_sockets(peer, tcp::congestion_fd)
     }
 
-    /// Each connected TCP rail socket's SO_MAX_PACING_RATE to `peer` (bytes per second;
-    /// `u64::MAX`: unpaced), as [`rail_congestion`](Self::rail_congestion).
+    /// Each TCP rail socket's SO_MAX_PACING_RATE to `peer` (bytes per second; `u64::MAX`:
+    /// unpaced): see HX_RAIL_RATE.
     pub fn rail_pacing(&self, peer: Rank) -> Vec<Option<u64>> {
+        self.rail_sockets(peer, tcp::max_pacing_rate)
+    }
+
+    /// `ask` of each rail socket to `peer` (None: not connected, not a TCP socket, or `ask`
+    /// failed).
+    fn rail_sockets<T>(
+        &self,
+        peer: Rank,
+        ask: impl Fn(std::os::fd::RawFd) -> std::io::Result<T>,
+    ) -> Vec<Option<T>> {
         self.peers.get(peer as usize).map_or_else(Vec::new, |p| {
             p.rails
                 .iter()
                 .map(|r| {
                     let link = r.link.as_ref().filter(|l| !l.polled())?;
-                    tcp::max_pacing_rate(link.fd()).ok()
+                    ask(link.fd()).ok()
                 })
                 .collect()
         })
