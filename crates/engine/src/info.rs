@@ -96,7 +96,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "RAIL_RATE",
         "none",
-        "each rail's link rate (1gbit, 2.5gbit, 100mbit): TCP rail sockets are paced 5% above it, so data waits in the socket rather than behind megabytes in a deep switch queue (64 KiB two ways over 4 x 1 Gbit/s testbed rails 1.29x); none: not paced",
+        "each rail's link rate (1gbit, 2.5gbit, 100mbit): TCP rail sockets are paced 5% above it, so data waits in the socket rather than behind megabytes in a deep switch queue (64-128 KiB two ways over 4 x 1 Gbit/s testbed rails 1.04-1.29x; ping-pongs that a token bucket passed in a burst take the wire's time); none: not paced",
     ),
     (
         "EAGER_CREDITS",
