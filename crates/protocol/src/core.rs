@@ -217,6 +217,8 @@ pub(crate) struct Rail {
     /// Bytes queued on this rail and not yet written.
     pub queued: usize,
     pub tx_bytes: u64,
+    /// Bytes read from this rail (by the byte-stream paths that a socket's reads take).
+    pub rx_bytes: u64,
     /// Reliable frames written on this connection and not yet acknowledged, oldest first.
     pub log: VecDeque<TxItem>,
     /// Their bytes: roughly what is in flight on this rail (socket buffers and wire).
@@ -246,15 +248,21 @@ pub(crate) struct Rail {
 }
 
 /// A link's drain rate, measured between the driver's backlog reports while the link stays
-/// busy: bytes written minus the backlog's growth, over the time between.
+/// busy: bytes written minus the backlog's growth, over the time between. Only while the
+/// link carries little the other way: its acknowledgements then wait behind the other
+/// direction's data in the link's queues and arrive in bunches, and equal 1 Gbit/s links
+/// measured 120 to 400 bytes/us, apart by up to 2x from each other (so one was weighed at
+/// half the others, and a stream of 64 KiB messages both ways went at 0.8x).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct DrainRate {
     /// Bytes per microsecond, smoothed (0: not measured yet).
     pub rate: f64,
-    /// Where the interval being measured began: time (us), bytes written, backlog.
+    /// Where the interval being measured began: time (us), bytes written, backlog, bytes
+    /// read from the link.
     pub at: u64,
     pub written: u64,
     pub backlog: usize,
+    pub read: u64,
 }
 
 impl Rail {
@@ -545,6 +553,7 @@ impl<B: Buffer> Core<B> {
                 tx: VecDeque::new(),
                 queued: 0,
                 tx_bytes: 0,
+                rx_bytes: 0,
                 log: VecDeque::new(),
                 log_bytes: 0,
                 acked: 0,

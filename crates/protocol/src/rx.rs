@@ -175,7 +175,9 @@ impl<B: Buffer> Core<B> {
     /// `n` bytes were read into the slice [`rx_space`](Self::rx_space) gave. Parses them. An
     /// error means the rail's stream is corrupt: the driver should close it.
     pub fn rx_done(&mut self, peer: Rank, rail: usize, n: usize) -> Result<(), ProtoError> {
-        let rx = &mut self.peers[peer as usize].rails[rail].rx;
+        let r = &mut self.peers[peer as usize].rails[rail];
+        r.rx_bytes += n as u64;
+        let rx = &mut r.rx;
         if rx.direct {
             rx.direct = false;
             let p = rx.cur.as_mut().expect("direct read without payload");
@@ -312,6 +314,7 @@ impl<B: Buffer> Core<B> {
         let Some(v) = self.staged_express_frame(peer, rail, n, ep, filter, buf.len()) else {
             return (None, self.rx_done(peer, rail, n));
         };
+        self.peers[peer as usize].rails[rail].rx_bytes += n as u64;
         // Parsing would look at the acknowledgement first and fail the rail on a bad one.
         if let Err(e) = self.handle_ack(peer, rail, v.ack) {
             return (None, Err(e));

@@ -839,7 +839,9 @@ impl<B: Buffer> Core<B> {
         if busy && now < d.at + MIN_INTERVAL_US {
             return;
         }
-        if let (true, Some(written)) = (busy, written) {
+        // Nor one that carried data the other way meanwhile (see DrainRate).
+        let quiet = r.rx_bytes.saturating_sub(d.read) <= REVERSE_QUIET;
+        if let (true, true, Some(written)) = (busy, quiet, written) {
             let drained = written as f64 - (backlog as f64 - d.backlog as f64);
             if drained > 0.0 {
                 let sample = drained / (now - d.at) as f64;
@@ -855,6 +857,7 @@ impl<B: Buffer> Core<B> {
             at: now.max(1),
             written: r.tx_bytes,
             backlog,
+            read: r.rx_bytes,
         };
     }
 
@@ -1172,6 +1175,10 @@ impl<B: Buffer> Core<B> {
 
 /// Adaptive: the shortest chunk a rail pulls, in microseconds of its link's measured rate.
 const MIN_CHUNK_LINK_US: f64 = 100.0;
+/// Bytes read from a link during a drain measurement (at least 500 us) up to which it still
+/// counts as carrying nothing the other way: acknowledgements and control frames (a
+/// clear-to-send for each of 64 messages is 3 KiB), not data (1 Gbit/s carries 60 KiB in 500 us).
+const REVERSE_QUIET: u64 = 16 * 1024;
 
 fn data_item(req: ReqId, seq: u64, off: usize, len: usize, last: bool) -> TxItem {
     let mut h = FrameHeader::new(FrameKind::Data);
@@ -1350,6 +1357,49 @@ mod pull_tests {
         c.peers[1].rails[0].drain.rate = 1e9;
         c.pull_turn(1, 0, 32);
         assert_eq!(chunks(&c, 0), vec![(0, 0, 256 * kib)]);
+    }
+
+    #[test]
+    fn a_link_carrying_data_the_other_way_measures_no_drain_rate() {
+        // Every 1 ms each rail is written 125 KiB and its backlog stays at 256 KiB: it drains
+        // 128 bytes/us. Meanwhile rail 0 reads nothing, rail 1 acknowledgements and control
+        // frames (2 KiB), rail 2 the other direction's data (64 KiB).
+        let kib = 1024;
+        let mut c = core(3, 0, 0);
+        for step in 0..10u64 {
+            for (rail, read) in [0, 2 * kib, 64 * kib].into_iter().enumerate() {
+                let r = &mut c.peers[1].rails[rail];
+                r.tx_bytes += 125 * kib as u64;
+                r.rx_bytes += read as u64;
+                c.set_link_backlog(1, rail, 256 * kib, 1000 * (step + 1));
+            }
+        }
+        let rate = |c: &Core<Vec<u8>>, rail: usize| c.peers[1].rails[rail].drain.rate;
+        assert!((rate(&c, 0) - 128.0).abs() < 0.01, "{}", rate(&c, 0));
+        assert!((rate(&c, 1) - 128.0).abs() < 0.01, "{}", rate(&c, 1));
+        assert_eq!(rate(&c, 2), 0.0);
+        // Unmeasured, rail 2 counts as equal to the others in the rounds' shares.
+        c.peers[1].pull_q.push_back(PullJob {
+            req: ReqId::from_u64(0),
+            seq: 0,
+            next: 0,
+            end: 3 * 64 * kib,
+            whole: false,
+            last: true,
+        });
+        for rail in 0..3 {
+            c.set_link_backlog(1, rail, 0, 20_000);
+        }
+        c.tx_round(1, true);
+        let caps: Vec<usize> = c.peers[1].rails.iter().map(|r| r.turn_cap).collect();
+        assert_eq!(caps, vec![64 * kib; 3]);
+        // Once it reads little again, it is measured.
+        for step in 0..10u64 {
+            let r = &mut c.peers[1].rails[2];
+            r.tx_bytes += 125 * kib as u64;
+            c.set_link_backlog(1, 2, 256 * kib, 30_000 + 1000 * step);
+        }
+        assert!((rate(&c, 2) - 128.0).abs() < 1.0, "{}", rate(&c, 2));
     }
 
     #[test]
