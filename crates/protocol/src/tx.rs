@@ -839,9 +839,9 @@ impl<B: Buffer> Core<B> {
         if busy && now < d.at + MIN_INTERVAL_US {
             return;
         }
-        // Nor one that carried data the other way meanwhile (see DrainRate).
+        // Nor one that carried data the other way meanwhile or just before (see DrainRate).
         let quiet = r.rx_bytes.saturating_sub(d.read) <= REVERSE_QUIET;
-        if let (true, true, Some(written)) = (busy, quiet, written) {
+        if let (true, true, true, Some(written)) = (busy, quiet, d.quiet, written) {
             let drained = written as f64 - (backlog as f64 - d.backlog as f64);
             if drained > 0.0 {
                 let sample = drained / (now - d.at) as f64;
@@ -852,13 +852,11 @@ impl<B: Buffer> Core<B> {
                 };
             }
         }
-        *d = crate::core::DrainRate {
-            rate: d.rate,
-            at: now.max(1),
-            written: r.tx_bytes,
-            backlog,
-            read: r.rx_bytes,
-        };
+        d.at = now.max(1);
+        d.written = r.tx_bytes;
+        d.backlog = backlog;
+        d.read = r.rx_bytes;
+        d.quiet = quiet;
     }
 
     /// Adaptive: after a flush of `peer`'s rails (between [`tx_round`](Self::tx_round)'s start
@@ -1393,11 +1391,18 @@ mod pull_tests {
         c.tx_round(1, true);
         let caps: Vec<usize> = c.peers[1].rails.iter().map(|r| r.turn_cap).collect();
         assert_eq!(caps, vec![64 * kib; 3]);
-        // Once it reads little again, it is measured.
+        // Right after it read data, an interval that reads nothing is not taken either: the
+        // acknowledgements held back behind that data come in it (here 380 bytes/us).
+        c.peers[1].rails[2].rx_bytes += 64 * kib as u64;
+        c.set_link_backlog(1, 2, 256 * kib, 21_000);
+        c.peers[1].rails[2].tx_bytes += 125 * kib as u64;
+        c.set_link_backlog(1, 2, kib, 22_000);
+        assert_eq!(rate(&c, 2), 0.0);
+        // Once it reads little for longer, it is measured.
         for step in 0..10u64 {
             let r = &mut c.peers[1].rails[2];
             r.tx_bytes += 125 * kib as u64;
-            c.set_link_backlog(1, 2, 256 * kib, 30_000 + 1000 * step);
+            c.set_link_backlog(1, 2, 256 * kib, 23_000 + 1000 * step);
         }
         assert!((rate(&c, 2) - 128.0).abs() < 1.0, "{}", rate(&c, 2));
     }
