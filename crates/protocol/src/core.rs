@@ -249,12 +249,13 @@ pub(crate) struct Rail {
 
 /// A link's drain rate, measured between the driver's backlog reports while the link stays
 /// busy: bytes written minus the backlog's growth, over the time between. Only while the
-/// link reads little the other way, in that interval and the one before: its
-/// acknowledgements otherwise wait behind the other direction's data in the link's queues
-/// and arrive in bunches. Equal 1 Gbit/s links measured that way read 120 to 400 bytes/us,
-/// up to 2x apart (so one was weighed at half the others, and a stream of 64 KiB messages
-/// both ways went at 0.8x), and a single sample just after the other direction paused read
-/// 1,345.
+/// link reads little the other way, in that interval and the one before, and used only while
+/// every link does (otherwise the rounds share equally): its acknowledgements wait behind
+/// the other direction's data in the link's queues and arrive in bunches. Equal 1 Gbit/s
+/// links measured both ways read 120 to 400 bytes/us, up to 2x apart, so one was weighed at
+/// half the others and a stream of 64 KiB messages both ways went at 0.8x; a single sample
+/// just after the other direction paused read 1,345, and kept the other three links at a
+/// quarter until the next (rare, both ways) sample.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct DrainRate {
     /// Bytes per microsecond, smoothed (0: not measured yet).
@@ -265,7 +266,7 @@ pub(crate) struct DrainRate {
     pub written: u64,
     pub backlog: usize,
     pub read: u64,
-    /// The interval before it read little the other way.
+    /// The last interval read little the other way (and so may the next be measured).
     pub quiet: bool,
 }
 

@@ -929,7 +929,11 @@ impl<B: Buffer> Core<B> {
         // finer weights gain on unequal links. Unknown (a link not measured yet): all equal.
         let fastest = p.rails.iter().filter(|r| r.up).map(|r| r.drain.rate);
         let fastest = fastest.fold(0.0, f64::max);
-        let known = p.rails.iter().all(|r| !r.up || r.drain.rate > 0.0);
+        // Both ways at once all equal: rates measured before say little (see DrainRate).
+        let known = p
+            .rails
+            .iter()
+            .all(|r| !r.up || (r.drain.rate > 0.0 && r.drain.quiet));
         for (i, r) in p.rails.iter().enumerate().filter(|(_, r)| r.up) {
             let rate = if known {
                 (r.drain.rate / fastest).log2().round().exp2()
@@ -1358,7 +1362,7 @@ mod pull_tests {
     }
 
     #[test]
-    fn a_link_carrying_data_the_other_way_measures_no_drain_rate() {
+    fn links_carrying_data_the_other_way_measure_no_drain_rate_and_share_equally() {
         // Every 1 ms each rail is written 125 KiB and its backlog stays at 256 KiB: it drains
         // 128 bytes/us. Meanwhile rail 0 reads nothing, rail 1 acknowledgements and control
         // frames (2 KiB), rail 2 the other direction's data (64 KiB).
@@ -1405,6 +1409,20 @@ mod pull_tests {
             c.set_link_backlog(1, 2, 256 * kib, 23_000 + 1000 * step);
         }
         assert!((rate(&c, 2) - 128.0).abs() < 1.0, "{}", rate(&c, 2));
+        // One way, unequal links get unequal shares (here 2:1:1). Once one of them reads the
+        // other direction's data, the rates say little and the shares are equal again.
+        c.peers[1].rails[0].drain.rate = 256.0;
+        let caps = |c: &mut Core<Vec<u8>>, now: u64| {
+            for rail in 0..3 {
+                c.set_link_backlog(1, rail, 0, now);
+            }
+            c.tx_round(1, true);
+            let caps: Vec<usize> = c.peers[1].rails.iter().map(|r| r.turn_cap).collect();
+            caps
+        };
+        assert_eq!(caps(&mut c, 40_000), vec![96 * kib, 48 * kib, 48 * kib]);
+        c.peers[1].rails[1].rx_bytes += 64 * kib as u64;
+        assert_eq!(caps(&mut c, 41_000), vec![64 * kib; 3]);
     }
 
     #[test]
