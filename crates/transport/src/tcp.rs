@@ -153,22 +153,8 @@ pub fn tune(stream: &TcpStream, opts: &RailOptions) -> io::Result<()> {
 /// Caps a socket's send rate at `bytes_per_s` (SO_MAX_PACING_RATE; `u64::MAX`: no cap). TCP
 /// then paces the socket itself (no fq qdisc needed).
 pub fn set_max_pacing_rate(fd: RawFd, bytes_per_s: u64) -> io::Result<()> {
-    // SAFETY: a plain setsockopt on a descriptor the caller holds open, with a u64 value (the
-    // kernel takes 64 bits when given 8 bytes).
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&bytes_per_s as *const u64).cast(),
-            std::mem::size_of::<u64>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // The kernel takes 64 bits when given 8 bytes.
+    set_opt(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &bytes_per_s)
 }
 
 /// A socket's SO_MAX_PACING_RATE (bytes per second; `u64::MAX`: no cap).
@@ -226,14 +212,20 @@ pub fn send_backlog(fd: RawFd) -> io::Result<usize> {
 
 fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: u32) -> io::Result<()> {
     let v = value.min(i32::MAX as u32) as libc::c_int;
-    // SAFETY: a plain setsockopt on a descriptor the caller holds open, with a c_int value.
+    set_opt(fd, level, name, &v)
+}
+
+/// A setsockopt of one plain value (an integer of the size the option takes).
+fn set_opt<T: Copy>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: a plain setsockopt on a descriptor the caller holds open; the kernel reads at
+    // most size_of::<T>() bytes from `v`, which outlives the call.
     let r = unsafe {
         libc::setsockopt(
             fd,
             level,
             name,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if r == 0 {
