@@ -549,6 +549,7 @@ impl Engine {
         mine: bool,
     ) -> Result<(), Error> {
         tcp::tune(&s, &self.rail_opts).map_err(io_err("rail socket options"))?;
+        self.fix_send_buffer(&s);
         // A new socket starts with the latency algorithm (it switches to the bulk one when it
         // fills: Engine::tune_congestion).
         if let Some(cc) = self.latency_cc.clone() {
@@ -588,6 +589,35 @@ impl Engine {
             s.peer_addr().map(|a| a.to_string()).unwrap_or_default()
         );
         self.install_link(peer, rail, Box::new(TcpLink::new(s, label)), mine)
+    }
+
+    /// Gives a rail socket the send buffer HX_SNDBUF asks for; says once when the kernel gave
+    /// less (net.core.wmem_max), since that costs bandwidth where the CPU is the limit.
+    fn fix_send_buffer(&mut self, s: &TcpStream) {
+        let want = self.settings.send_buffer;
+        if want == 0 {
+            return;
+        }
+        match tcp::set_send_buffer(s.as_raw_fd(), want) {
+            Ok(got) if got >= 2 * want as usize => {}
+            Ok(got) if !self.send_buffer_warned => {
+                self.send_buffer_warned = true;
+                warn!(
+                    "hxcomm {}: HX_SNDBUF={want}: rail sockets got a {got}-byte send buffer \
+                     (net.core.wmem_max caps it; raise that, or set HX_SNDBUF=0 to leave \
+                     the sizing to the kernel)",
+                    self.whoami()
+                );
+            }
+            Err(e) if !self.send_buffer_warned => {
+                self.send_buffer_warned = true;
+                warn!(
+                    "hxcomm {}: HX_SNDBUF: rail sockets keep the kernel's sizing (SO_SNDBUF: {e})",
+                    self.whoami()
+                );
+            }
+            _ => {}
+        }
     }
 
     /// Puts a connected link in service (again) as `rail` to `peer`.

@@ -167,6 +167,8 @@ pub struct Engine {
     /// HX_TCP_CONGESTION_LATENCY while rail sockets may switch algorithms (None once the kernel
     /// refused it).
     pub(crate) latency_cc: Option<String>,
+    /// A rail socket got a smaller send buffer than HX_SNDBUF (said once).
+    pub(crate) send_buffer_warned: bool,
     /// Socket rails whose TCP_NOTSENT_LOWAT is raised for bulk data ([`tune_lowat`](Self::tune_lowat)).
     pub(crate) raised_lowat: usize,
     /// The engine sleeps in epoll while bulk data comes and goes (rather than spinning): socket
@@ -364,6 +366,7 @@ impl Engine {
             shm_out: Vec::new(),
             shm_in: Vec::new(),
             ptracer_set: false,
+            send_buffer_warned: false,
             secret,
             bootstrap: None,
             rail_opts: RailOptions {
@@ -501,6 +504,12 @@ impl Engine {
     /// unpaced): see HX_RAIL_RATE.
     pub fn rail_pacing(&self, peer: Rank) -> Vec<Option<u64>> {
         self.rail_sockets(peer, tcp::max_pacing_rate)
+    }
+
+    /// Each TCP rail socket's send buffer to `peer` (SO_SNDBUF as the kernel reports it, twice
+    /// what was asked): see HX_SNDBUF.
+    pub fn rail_send_buffers(&self, peer: Rank) -> Vec<Option<usize>> {
+        self.rail_sockets(peer, tcp::send_buffer)
     }
 
     /// `ask` of each rail socket to `peer` (None: not connected, not a TCP socket, or `ask`

@@ -28,6 +28,12 @@ pub struct Settings {
     pub bulk_wait: Duration,
     /// HX_NOTSENT_LOWAT: unsent bytes a rail socket may hold.
     pub notsent_lowat: u32,
+    /// HX_SNDBUF: each TCP rail socket's send buffer (SO_SNDBUF; 0: the kernel sizes it). A
+    /// socket holds what it has not had acknowledged yet; where the CPU is the limit, the
+    /// kernel's sizing (up to 4 MiB here) leaves its data cold in the cache by the time it is
+    /// copied out: both ways over unlimited rails, 768 KiB carried 1.14-1.23x as much from
+    /// 128 KiB messages up (BENCHMARKS.md, "Rail send buffers").
+    pub send_buffer: u32,
     /// HX_TCP_CONGESTION: TCP congestion control of rail sockets (default `reno`; None, from
     /// `system`, keeps the kernel's default). Reno because it neither paces (BBR's start leaves
     /// a socket paced by TCP for good, and a paced bulk rail fell to 1.2 GB/s in 6 of 9 runs
@@ -165,6 +171,7 @@ impl Settings {
             yield_while_spinning,
             bulk_wait: Duration::from_micros(num(var, "HX_BULK_WAIT_US", 1000u64)?),
             notsent_lowat: size(var, "HX_NOTSENT_LOWAT", 128 * 1024)? as u32,
+            send_buffer: size(var, "HX_SNDBUF", 768 * 1024)?.min(i32::MAX as usize / 2) as u32,
             tcp_congestion: tcp_congestion(var, "HX_TCP_CONGESTION", "reno")?,
             tcp_congestion_latency: match tcp_congestion(var, "HX_TCP_CONGESTION", "reno")? {
                 None => None,
@@ -357,6 +364,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("HX_DETOURS=maybe"), "{e}");
+    }
+
+    #[test]
+    fn send_buffer_is_a_size_and_0_leaves_it_to_the_kernel() {
+        let sndbuf = |v: &str| {
+            Settings::from_lookup(&|n: &str| (n == "HX_SNDBUF").then(|| v.to_string()))
+                .map(|s| s.send_buffer)
+        };
+        assert_eq!(sndbuf("").unwrap(), 768 * 1024);
+        assert_eq!(sndbuf("0").unwrap(), 0);
+        assert_eq!(sndbuf("1m").unwrap(), 1 << 20);
+        let e = sndbuf("lots").unwrap_err().to_string();
+        assert!(e.contains("HX_SNDBUF=lots"), "{e}");
     }
 
     #[test]

@@ -485,6 +485,32 @@ fn rail_rate_paces_every_rail_socket_just_above_it() {
     }
 }
 
+#[test]
+fn send_buffer_setting_fixes_every_rail_sockets_buffer() {
+    // 96 KiB: below the default net.core.wmem_max, so no privilege needed; 0: the kernel's.
+    for (bytes, want) in [(96 * 1024u32, Some(192 * 1024usize)), (0, None)] {
+        let mut s = settings(false, 2);
+        s.send_buffer = bytes;
+        pair(s, true, move |_, e, peer| {
+            let peer = peer.unwrap();
+            let len = 4 << 20;
+            let s = e.isend(1, peer, 1, 7, pattern(7, len)).unwrap();
+            let r = e.irecv(1, Some(peer), Some(7), vec![0; len]).unwrap();
+            let (_, buf) = e.wait_owned(r).unwrap();
+            e.wait(s).unwrap();
+            assert!(buf.unwrap() == pattern(7, len));
+            let got: Vec<usize> = e.rail_send_buffers(peer).into_iter().flatten().collect();
+            assert!(!got.is_empty(), "no rail connected");
+            match want {
+                Some(w) => assert!(got.iter().all(|&g| g == w), "{bytes}: {got:?}"),
+                // Left to the kernel, the buffers grow with the 4 MiB just sent.
+                None => assert!(got.iter().any(|&g| g > 192 * 1024), "{got:?}"),
+            }
+            done(e, peer);
+        });
+    }
+}
+
 /// Neither side finalizes (closing its rails) before the other has looked at them.
 fn done(e: &mut Engine, peer: u32) {
     let s = e.isend(1, peer, 1, 999, vec![0]).unwrap();

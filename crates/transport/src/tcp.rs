@@ -182,6 +182,42 @@ pub fn max_pacing_rate(fd: RawFd) -> io::Result<u64> {
     })
 }
 
+/// Fixes a socket's send buffer at `bytes` (SO_SNDBUF; the kernel doubles it for its own
+/// bookkeeping and stops sizing it by itself) and returns what the socket got, doubled as the
+/// kernel reports it. The kernel caps SO_SNDBUF at net.core.wmem_max; a process allowed to
+/// (CAP_NET_ADMIN) passes the cap with SO_SNDBUFFORCE, others get the cap.
+pub fn set_send_buffer(fd: RawFd, bytes: u32) -> io::Result<usize> {
+    set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes)?;
+    let got = send_buffer(fd)?;
+    if got >= 2 * bytes as usize {
+        return Ok(got);
+    }
+    match set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, bytes) {
+        Ok(()) => send_buffer(fd),
+        Err(_) => Ok(got),
+    }
+}
+
+/// A socket's send buffer (SO_SNDBUF, doubled as the kernel reports it).
+pub fn send_buffer(fd: RawFd) -> io::Result<usize> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt into a c_int the kernel fills up to `len` bytes of.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v.max(0) as usize)
+}
+
 /// Changes a connected rail socket's TCP_NOTSENT_LOWAT (see [`RailOptions::notsent_lowat`]).
 /// The engine raises it while much bulk data is queued, so that a sender wakes once per
 /// `bytes / 2` drained rather than once per default low-water mark, and lowers it again for
@@ -406,6 +442,17 @@ impl Link for TcpLink {
 mod tests {
     use super::*;
     use nix::sys::socket::getsockopt;
+
+    #[test]
+    fn set_send_buffer_fixes_the_buffer_at_twice_the_bytes() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let fd = c.as_raw_fd();
+        // Below the default net.core.wmem_max (212992): no privilege needed.
+        assert_eq!(set_send_buffer(fd, 96 * 1024).unwrap(), 192 * 1024);
+        assert_eq!(send_buffer(fd).unwrap(), 192 * 1024);
+        assert!(set_send_buffer(-1, 96 * 1024).is_err());
+    }
 
     #[test]
     fn set_notsent_lowat_changes_the_mark_and_fails_on_other_sockets() {
