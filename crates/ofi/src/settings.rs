@@ -149,7 +149,10 @@ mod tests {
     #[test]
     fn every_setting_has_both_names() {
         let all = settings();
-        assert_eq!(all.len(), 24);
+        assert_eq!(all.len(), 25);
+        assert!(all
+            .iter()
+            .any(|(n, m)| n == "sndbuf" && m.ends_with("(default 768k)")));
         assert!(all
             .iter()
             .any(|(n, m)| n == "tcp_congestion_latency" && m.ends_with("(default same)")));
