@@ -259,7 +259,8 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         }
         let look_runs = args.second_look_runs();
         if look_runs > 0 {
-            second_look(&mode, &exe, &part1, look_runs, &mut groups)?;
+            let budget = Duration::from_secs(plan::SECOND_LOOK_BUDGET_S);
+            second_look(&mode, &exe, &part1, look_runs, &mut groups, 2, budget)?;
         }
         Ok((configs, groups))
     };
@@ -283,18 +284,31 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
                 segments: &|b| plan::unlimited_segments(b, args.quick),
                 runs,
             };
+            // Single short runs here move with the machine (whole runs at 6 or at 8 GB/s, for
+            // every policy alike): the misses get a second look too, 4 rails first (on 1 rail
+            // every policy takes the same path).
             with_testbed(
                 &hx_testbed::TestbedSpec::new(name, 2, 4).with_rate(None),
-                || measure(&mode, &exe, &part2),
+                || {
+                    let configs = measure(&mode, &exe, &part2)?;
+                    let mut groups = verdict::groups("unlimited", &configs, &UNLIMITED_BENCHES);
+                    let look_runs = args.second_look_runs();
+                    if look_runs > 0 {
+                        let budget = Duration::from_secs(plan::SECOND_LOOK_UNLIMITED_BUDGET_S);
+                        second_look(&mode, &exe, &part2, look_runs, &mut groups, 1, budget)?;
+                    }
+                    Ok((configs, groups))
+                },
             )?
         }
-        _ => vec![],
+        _ => (vec![], vec![]),
     };
+    let (unlimited, unlimited_groups) = unlimited;
 
     let rows = results::summarize(&configs, wire);
     let text = results::format_text(&rows);
     let md = results::format_markdown(&rows);
-    groups.extend(verdict::groups("unlimited", &unlimited, &UNLIMITED_BENCHES));
+    groups.extend(unlimited_groups);
     let mut bars = vec![verdict::bar(
         &format!("{}, 2 and 4 rails, every size", part1.label),
         &groups,
@@ -476,21 +490,27 @@ fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, Str
     Ok(out)
 }
 
-/// Runs a second look ([`verdict::SecondLook`]) at the misses of `part` on 2 and more rails
-/// that nothing else explains: per rail count, benchmark, segment and best fixed policy, the
-/// missed sizes' range again, adaptive and that policy in turn (the order alternating),
-/// `runs` times each with [`plan::SECOND_LOOK_FACTOR`] times the iterations, within
-/// [`plan::SECOND_LOOK_BUDGET_S`] seconds in all.
+/// Runs a second look ([`verdict::SecondLook`]) at the misses of `part` on `min_rails` and
+/// more rails that nothing else explains: per rail count (the most first), benchmark, segment
+/// and best fixed policy, the missed sizes' range again, adaptive and that policy in turn (the
+/// order alternating), `runs` times each with [`plan::SECOND_LOOK_FACTOR`] times the
+/// iterations, within `budget` in all.
 fn second_look(
     mode: &Mode,
     exe: &str,
     part: &Part,
     runs: usize,
     groups: &mut [verdict::Group],
+    min_rails: u32,
+    budget: Duration,
 ) -> Result<(), String> {
     // (group, segment, best policy) -> the sizes to look at again.
     let mut batches: Vec<(usize, usize, String, Vec<u64>)> = Vec::new();
-    for (gi, g) in groups.iter().enumerate().filter(|(_, g)| g.rails >= 2) {
+    for (gi, g) in groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.rails >= min_rails)
+    {
         let segs = (part.segments)(g.bench);
         for p in g.points.iter().filter(|p| verdict::wants_second_look(p)) {
             let (Some(si), Some(bp)) = (plan::segment_of(&segs, p.bytes), &p.best_policy) else {
@@ -508,8 +528,8 @@ fn second_look(
     if batches.is_empty() {
         return Ok(());
     }
+    batches.sort_by_key(|b| std::cmp::Reverse(groups[b.0].rails));
     let t0 = Instant::now();
-    let budget = Duration::from_secs(plan::SECOND_LOOK_BUDGET_S);
     let mut left = 0;
     for (gi, si, best, sizes) in batches {
         let (rails, bench) = (groups[gi].rails, groups[gi].bench);
@@ -600,8 +620,9 @@ fn second_look(
     }
     if left > 0 {
         println!(
-            "  second look: {left} misses left as measured (the {} s budget spent, or a job failed)",
-            plan::SECOND_LOOK_BUDGET_S
+            "  second look, {}: {left} misses left as measured (the {} s budget spent, or a job failed)",
+            part.label,
+            budget.as_secs()
         );
     }
     Ok(())

@@ -172,6 +172,8 @@ pub const SECOND_LOOK_RUNS: usize = 3;
 /// What the second looks may take together, after which the misses left keep their first
 /// verdict only (the demo stays under 3 minutes).
 pub const SECOND_LOOK_BUDGET_S: u64 = 25;
+/// The same for the misses of the unlimited-rail part.
+pub const SECOND_LOOK_UNLIMITED_BUDGET_S: u64 = 12;
 
 /// A second look's segment: `seg` with [`SECOND_LOOK_FACTOR`] times its iterations and no
 /// floor (its job names the sizes to look at again).
