@@ -464,23 +464,31 @@ fn rails_run_reno_throughout_by_default() {
     });
 }
 
+/// Two engines with settings `s` move 4 MiB each way (checked), then `look` sees each engine
+/// and its peer, before either finalizes.
+fn after_4_mib(s: Settings, look: impl Fn(&Engine, u32) + Send + Sync + Copy + 'static) {
+    pair(s, true, move |_, e, peer| {
+        let peer = peer.unwrap();
+        let len = 4 << 20;
+        let s = e.isend(1, peer, 1, 7, pattern(7, len)).unwrap();
+        let r = e.irecv(1, Some(peer), Some(7), vec![0; len]).unwrap();
+        let (_, buf) = e.wait_owned(r).unwrap();
+        e.wait(s).unwrap();
+        assert!(buf.unwrap() == pattern(7, len));
+        look(e, peer);
+        done(e, peer);
+    });
+}
+
 #[test]
 fn rail_rate_paces_every_rail_socket_just_above_it() {
     for (rate, want) in [(None, u64::MAX), (Some(1_000_000_000u64), 131_250_000u64)] {
         let mut s = settings(false, 2);
         s.rail_rate = rate;
-        pair(s, true, move |_, e, peer| {
-            let peer = peer.unwrap();
-            let len = 4 << 20;
-            let s = e.isend(1, peer, 1, 7, pattern(7, len)).unwrap();
-            let r = e.irecv(1, Some(peer), Some(7), vec![0; len]).unwrap();
-            let (_, buf) = e.wait_owned(r).unwrap();
-            e.wait(s).unwrap();
-            assert!(buf.unwrap() == pattern(7, len));
+        after_4_mib(s, move |e, peer| {
             let paced: Vec<u64> = e.rail_pacing(peer).into_iter().flatten().collect();
             assert!(!paced.is_empty(), "no rail connected");
             assert!(paced.iter().all(|&p| p == want), "{rate:?}: {paced:?}");
-            done(e, peer);
         });
     }
 }
@@ -491,14 +499,7 @@ fn send_buffer_setting_fixes_every_rail_sockets_buffer() {
     for (bytes, want) in [(96 * 1024u32, Some(192 * 1024usize)), (0, None)] {
         let mut s = settings(false, 2);
         s.send_buffer = bytes;
-        pair(s, true, move |_, e, peer| {
-            let peer = peer.unwrap();
-            let len = 4 << 20;
-            let s = e.isend(1, peer, 1, 7, pattern(7, len)).unwrap();
-            let r = e.irecv(1, Some(peer), Some(7), vec![0; len]).unwrap();
-            let (_, buf) = e.wait_owned(r).unwrap();
-            e.wait(s).unwrap();
-            assert!(buf.unwrap() == pattern(7, len));
+        after_4_mib(s, move |e, peer| {
             let got: Vec<usize> = e.rail_send_buffers(peer).into_iter().flatten().collect();
             assert!(!got.is_empty(), "no rail connected");
             match want {
@@ -506,7 +507,6 @@ fn send_buffer_setting_fixes_every_rail_sockets_buffer() {
                 // Left to the kernel, the buffers grow with the 4 MiB just sent.
                 None => assert!(got.iter().any(|&g| g > 192 * 1024), "{got:?}"),
             }
-            done(e, peer);
         });
     }
 }

@@ -159,21 +159,7 @@ pub fn set_max_pacing_rate(fd: RawFd, bytes_per_s: u64) -> io::Result<()> {
 
 /// A socket's SO_MAX_PACING_RATE (bytes per second; `u64::MAX`: no cap).
 pub fn max_pacing_rate(fd: RawFd) -> io::Result<u64> {
-    let mut v: u64 = 0;
-    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
-    // SAFETY: getsockopt into a u64 the kernel may fill up to `len` bytes of.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&mut v as *mut u64).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let (v, len) = get_opt::<u64>(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE)?;
     // A 4-byte answer: ~0U means no cap.
     Ok(if len == 4 && v as u32 == u32::MAX {
         u64::MAX
@@ -200,21 +186,7 @@ pub fn set_send_buffer(fd: RawFd, bytes: u32) -> io::Result<usize> {
 
 /// A socket's send buffer (SO_SNDBUF, doubled as the kernel reports it).
 pub fn send_buffer(fd: RawFd) -> io::Result<usize> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt into a c_int the kernel fills up to `len` bytes of.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let (v, _) = get_opt::<libc::c_int>(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)?;
     Ok(v.max(0) as usize)
 }
 
@@ -249,6 +221,23 @@ pub fn send_backlog(fd: RawFd) -> io::Result<usize> {
 fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: u32) -> io::Result<()> {
     let v = value.min(i32::MAX as u32) as libc::c_int;
     set_opt(fd, level, name, &v)
+}
+
+/// A getsockopt of one plain value: the value (zero beyond what the kernel wrote) and how many
+/// bytes the kernel wrote.
+fn get_opt<T: Copy + Default>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<(T, libc::socklen_t)> {
+    let mut v = T::default();
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: getsockopt into a T the kernel fills up to `len` (its size) bytes of.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut T).cast(), &mut len) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((v, len))
 }
 
 /// A setsockopt of one plain value (an integer of the size the option takes).
