@@ -223,8 +223,8 @@ fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: u32) -> io::
     set_opt(fd, level, name, &v)
 }
 
-/// A getsockopt of one plain value: the value (zero beyond what the kernel wrote) and how many
-/// bytes the kernel wrote.
+/// A getsockopt of one plain value (an integer, or a byte array for a name): the value (zero
+/// beyond what the kernel wrote) and how many bytes the kernel wrote.
 fn get_opt<T: Copy + Default>(
     fd: RawFd,
     level: libc::c_int,
@@ -289,21 +289,7 @@ pub fn set_congestion_fd(fd: RawFd, name: &str) -> io::Result<()> {
 
 /// The congestion control a TCP socket runs (TCP_CONGESTION).
 pub fn congestion_fd(fd: RawFd) -> io::Result<String> {
-    let mut buf = [0u8; 16];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into the buffer, which outlives the call.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let (buf, len) = get_opt::<[u8; 16]>(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION)?;
     let name = &buf[..(len as usize).min(buf.len())];
     let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
     Ok(String::from_utf8_lossy(&name[..end]).into_owned())
@@ -448,19 +434,10 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         set_notsent_lowat(c.as_raw_fd(), 1 << 20).unwrap();
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: getsockopt into a c_int on an open socket.
-        let r = unsafe {
-            libc::getsockopt(
-                c.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_NOTSENT_LOWAT,
-                (&mut v as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        assert_eq!((r, v), (0, 1 << 20));
+        let (v, _) =
+            get_opt::<libc::c_int>(c.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT)
+                .unwrap();
+        assert_eq!(v, 1 << 20);
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
         assert!(set_notsent_lowat(a.as_raw_fd(), 1 << 20).is_err());
     }
