@@ -272,7 +272,7 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     };
 
     // Part 2: the same testbed without a rate limit (the CPU, not a wire, is the limit).
-    let unlimited = match &mode {
+    let (unlimited, unlimited_groups) = match &mode {
         Mode::Testbed { name } if unlimited_part => {
             println!(
                 "hxcomm demo: testbed {name} again without a rate limit (`--rate none`): bw and bibw, 64 KiB to 4 MiB, 1 and 4 rails"
@@ -303,7 +303,6 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         }
         _ => (vec![], vec![]),
     };
-    let (unlimited, unlimited_groups) = unlimited;
 
     let rows = results::summarize(&configs, wire);
     let text = results::format_text(&rows);
