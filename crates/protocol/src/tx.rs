@@ -300,16 +300,24 @@ impl<B: Buffer> Core<B> {
     }
 
     /// Fills `out` with the next bytes `rail` to `peer` should write; returns how many slices.
-    /// A rail whose queue is empty first pulls a chunk of pending large-message data: it is
-    /// asked only when its socket has room, which is what makes faster rails carry more.
+    /// A rail with no data frame waiting to start first pulls chunks of pending large-message
+    /// data: it is asked only when its socket has room, which is what makes faster rails carry
+    /// more.
     pub fn tx_iovecs<'a>(&'a mut self, peer: Rank, rail: usize, out: &mut [IoSlice<'a>]) -> usize {
         let r = &mut self.peers[peer as usize].rails[rail];
         if !r.up {
             return 0;
         }
         r.offered = 0;
-        if r.tx.is_empty() {
-            self.pull_turn(peer, rail, out.len() / 2);
+        // Pulled behind control frames and the frame a full socket stopped in the middle of:
+        // written alone, those took a second write per EPOLLOUT (4 unlimited rails both ways,
+        // 4 MiB: 4 writes in 10 were such rests, of 9-200 KiB).
+        let p = &self.peers[peer as usize];
+        let r = &p.rails[rail];
+        let data = FrameKind::Data as u8;
+        if !p.pull_q.is_empty() && !r.tx.iter().any(|i| i.sent == 0 && i.kind() == data) {
+            let slots = out.len().saturating_sub(2 * r.tx.len()) / 2;
+            self.pull_turn(peer, rail, slots);
         }
         // Frames not started yet carry the freshest acknowledgement.
         let r = &mut self.peers[peer as usize].rails[rail];
@@ -1644,6 +1652,42 @@ mod pull_tests {
             c.peers[1].pull_q.iter().map(|j| j.next).collect::<Vec<_>>(),
             vec![2 * k, k, k, k]
         );
+    }
+
+    #[test]
+    fn a_rail_in_the_middle_of_a_frame_pulls_behind_it() {
+        let k = 256 * 1024;
+        let mut c = core(2, 4, 1 << 20);
+        // (The requests do not exist: the slices stop at the first payload, and what the
+        // socket was offered is set by hand.)
+        c.tx_iovecs(1, 0, &mut [IoSlice::new(&[]); 64]);
+        assert_eq!(chunks(&c, 0).len(), 16);
+        // The socket filled in the middle of the first frame; the rest went back to the queue,
+        // and an acknowledgement was queued behind the frame meanwhile.
+        c.peers[1].rails[0].offered = c.peers[1].rails[0].queued;
+        c.tx_done(1, 0, HEADER_LEN + 100);
+        assert_eq!(chunks(&c, 0), vec![(0, 0, k)]);
+        c.queue_ack(1, 0);
+        assert_eq!(c.peers[1].rails[0].tx.len(), 2);
+        // Once it has room again, one write carries the frame's rest, the acknowledgement and
+        // newly pulled chunks (before, the rest and the acknowledgement went alone).
+        c.tx_iovecs(1, 0, &mut [IoSlice::new(&[]); 64]);
+        let kinds: Vec<u8> = c.peers[1].rails[0].tx.iter().map(|i| i.kind()).collect();
+        let (data, ack) = (FrameKind::Data as u8, FrameKind::Ack as u8);
+        assert_eq!(kinds[..3], [data, ack, data], "{kinds:?}");
+        let got = chunks(&c, 0);
+        assert_eq!(got[0], (0, 0, k));
+        assert_eq!(
+            got[2],
+            (0, k as u64, k),
+            "the message's next chunk, not a new one"
+        );
+        assert_eq!(
+            got.len(),
+            2 + 15,
+            "every chunk handed back, pulled again: {got:?}"
+        );
+        assert!(got[2..].iter().all(|&(_, _, len)| len == k), "{got:?}");
     }
 
     #[test]
