@@ -494,6 +494,9 @@ impl Ctx {
     }
 }
 
+/// iperf3 with every client on one CPU and every server on another (unlimited rails).
+const PLACED_IPERF: &str = "iperf3-1cpu";
+
 fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
     let need_single = r > 1
         && cx.tests.contains(&Test::Bw)
@@ -503,7 +506,7 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
             .contains(&1);
     for &t in &cx.tests.clone() {
         let res = match t {
-            Test::Bw | Test::Bibw => iperf(cx, r, r, t == Test::Bibw).map(|(v, cpu)| Meas {
+            Test::Bw | Test::Bibw => iperf(cx, r, t == Test::Bibw, None).map(|(v, cpu)| Meas {
                 tool: "iperf3",
                 policy: String::new(),
                 test: t,
@@ -532,8 +535,36 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
             }
         }
     }
+    // Unlimited rails: the CPUs, not the wire, set iperf3's figure, and the scheduler spreads its
+    // 2 x R processes over them, while hxcomm sends from one process per host. The same iperf3
+    // with every client on one CPU (as one sending process is at any one time) and every server
+    // on another says what sending from one CPU costs.
+    let cpus = proc::allowed_cpus();
+    if cx.nominal(r).is_none() && cpus.len() >= 2 {
+        for &t in &cx.tests.clone() {
+            if t == Test::Latency {
+                continue;
+            }
+            match iperf(cx, r, t == Test::Bibw, Some((cpus[0], cpus[1]))) {
+                Ok((v, cpu)) => cx.record(Meas {
+                    tool: PLACED_IPERF,
+                    policy: String::new(),
+                    test: t,
+                    rails: r,
+                    run,
+                    value: v,
+                    cpu_per_gb: cpu,
+                    rails_used: None,
+                }),
+                Err(e) => {
+                    proc::check_interrupted()?;
+                    cx.fail(format!("{r} rails: iperf3, clients on one CPU: {e}"))
+                }
+            }
+        }
+    }
     if need_single {
-        match iperf(cx, r, 1, false) {
+        match iperf(cx, 1, false, None) {
             Ok((v, cpu)) => cx.record(Meas {
                 tool: "iperf3-1",
                 policy: String::new(),
@@ -616,18 +647,27 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
 
 /// iperf3 over the first `streams` rails at once: one server per rail in host 1 bound to its rail
 /// address, one client per rail in host 0. Returns the summed receiver MB/s (both directions with
-/// `bidir`) and CPU seconds per GB of all clients and servers.
-fn iperf(cx: &Ctx, _r: usize, streams: usize, bidir: bool) -> Result<(f64, Option<f64>), String> {
+/// `bidir`) and CPU seconds per GB of all clients and servers. `cpus`: every client runs on the
+/// first CPU, every server on the second (else wherever the scheduler puts them).
+fn iperf(
+    cx: &Ctx,
+    streams: usize,
+    bidir: bool,
+    cpus: Option<(usize, usize)>,
+) -> Result<(f64, Option<f64>), String> {
     let (h0, h1) = (cx.host(0), cx.host(1));
+    let placed = |mut cmd: Command, cpu: Option<usize>| {
+        if let Some(cpu) = cpu {
+            proc::bind_to_cpu(&mut cmd, cpu);
+        }
+        cmd
+    };
     let mut servers = Vec::new();
     for i in 0..streams {
         let addr = format!("10.10.{i}.2");
         let port = (IPERF_PORT + i as u16).to_string();
-        servers.push(Job::spawn(in_ns(
-            &h1,
-            "iperf3",
-            &["-s", "-1", "-B", &addr, "-p", &port],
-        ))?);
+        let cmd = in_ns(&h1, "iperf3", &["-s", "-1", "-B", &addr, "-p", &port]);
+        servers.push(Job::spawn(placed(cmd, cpus.map(|c| c.1)))?);
     }
     for i in 0..streams {
         proc::wait_listening(
@@ -649,7 +689,10 @@ fn iperf(cx: &Ctx, _r: usize, streams: usize, bidir: bool) -> Result<(f64, Optio
         if let Some(cc) = cx.rail_congestion.as_deref() {
             args.extend(["-C", cc]);
         }
-        clients.push(Job::spawn(in_ns(&h0, "iperf3", &args))?);
+        clients.push(Job::spawn(placed(
+            in_ns(&h0, "iperf3", &args),
+            cpus.map(|c| c.0),
+        ))?);
     }
     let (mut mb, mut bytes, mut cpu) = (0.0, 0.0, 0.0);
     let timeout = Duration::from_secs(cx.o.seconds as u64 + 30);
@@ -932,7 +975,10 @@ fn table(cx: &Ctx, r: usize) -> String {
     // Unequal rails: R x rail 0 says nothing; the wire is the sum of the rails' own figures
     // (iperf3, one stream per rail at once).
     let unequal = cx.o.rate.contains(',');
-    let wire = if unequal {
+    // Unlimited rails have no wire limit (iperf3 at 1 rail says what one stream's CPUs reach).
+    let wire = if nominal.is_none() {
+        None
+    } else if unequal {
         med(cx, "iperf3", None, Test::Bw, r).0
     } else {
         single.map(|s| s * r as f64)
@@ -953,7 +999,7 @@ fn table(cx: &Ctx, r: usize) -> String {
             single.unwrap_or(0.0)
         )),
         (None, Some(n)) => head.push_str(&format!("Wire limit one way: {n:.1} MB/s nominal.\n\n")),
-        _ => head.push_str("Unlimited rails: no wire limit; latency is the figure that counts.\n\n"),
+        _ => head.push_str("Unlimited rails: no wire limit; the CPUs set every figure.\n\n"),
     }
     if let Some(cc) = cx.rail_congestion.as_deref() {
         head.push_str(&format!(
@@ -977,6 +1023,7 @@ fn table(cx: &Ctx, r: usize) -> String {
     }
     hdr.push("target".into());
     let mut rows = vec![hdr];
+    let mut placed_notes = Vec::new();
     let policies: Vec<Option<&str>> = cx.policies.clone();
     let hx_policy_label = |p: Option<&str>| p.unwrap_or("adaptive").to_string();
     for &t in &cx.tests {
@@ -1027,6 +1074,19 @@ fn table(cx: &Ctx, r: usize) -> String {
                 }
             } else {
                 let x = paired(&cx.all, hx_who, (raw_tool, None), t, r);
+                let (placed, _) = med(cx, PLACED_IPERF, None, t, r);
+                if let Some(v) = placed {
+                    let px = paired(&cx.all, hx_who, (PLACED_IPERF, None), t, r);
+                    js["raw_clients_on_one_cpu"] = json!(v);
+                    js["pct_of_raw_clients_on_one_cpu"] = json!(px.map(|x| x * 100.0));
+                    placed_notes.push(format!(
+                        "{} [{}]: iperf3 with its clients on one CPU and its servers on another \
+                         {v:.1} MB/s; hxcomm at {} of that",
+                        t.name(),
+                        hx_policy_label(p),
+                        pct(px)
+                    ));
+                }
                 let w = ratio(hx, wire.map(|w| w * dir));
                 let n = ratio(hx, nominal.map(|n| n * dir));
                 row.extend([pct(x), pct(w), pct(n)]);
@@ -1106,7 +1166,17 @@ fn table(cx: &Ctx, r: usize) -> String {
         }
     }
     // Which tools did not spread over all rails (rail byte counters of host 0).
-    let mut notes = Vec::new();
+    let mut notes = placed_notes;
+    if !notes.is_empty() {
+        notes.push(
+            "raw TCP is iperf3 as it runs free: 2 x R processes that the scheduler spreads over \
+             the CPUs. veth runs a stream's receive path on its sender's CPU, so where a host's \
+             sending is done on one CPU (hxcomm's one process per host; iperf3 with its clients \
+             on one CPU) that CPU does both ends' TCP work while the other idles part of the \
+             time"
+                .into(),
+        );
+    }
     let mut used: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
     for m in cx.all.iter().filter(|m| m.rails == r) {
         if let Some(u) = m.rails_used {

@@ -7,7 +7,7 @@
 //! GB/s against 4.6-7.7 bound (BENCHMARKS.md, "After idle"). Open MPI's mpirun binds two ranks
 //! to cores by default for the same reason.
 
-use std::process::Command;
+use hx_testbed::proc::allowed_cpus;
 
 /// The CPUs the `here` ranks this process starts go to, rank by rank (empty: not bound), for
 /// the value of HX_BIND (`core`, the default: one CPU each when they are no more than the CPUs
@@ -30,20 +30,6 @@ pub(crate) fn plan(
     }
 }
 
-/// The CPUs this process may run on, in order.
-pub(crate) fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
-}
-
 /// The plan for this process's environment; a bad HX_BIND is reported once and binds nothing
 /// (`hxcomm run` refuses it before starting: [`check_env`]).
 pub(crate) fn from_env(here: usize) -> Vec<usize> {
@@ -61,20 +47,6 @@ pub(crate) fn from_env(here: usize) -> Vec<usize> {
 /// HX_BIND as `hxcomm run` checks it before starting anything.
 pub(crate) fn check_env() -> Result<(), String> {
     plan(0, std::env::var("HX_BIND").ok().as_deref(), &[]).map(|_| ())
-}
-
-/// Makes the process `cmd` starts run on `cpu` only (set between fork and exec; a refusal
-/// leaves it unbound).
-pub(crate) fn bind_child(cmd: &mut Command, cpu: usize) {
-    // SAFETY: the closure only makes a syscall on a set built on its stack (async-signal-safe).
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-            Ok(())
-        });
-    }
 }
 
 #[cfg(test)]

@@ -182,7 +182,7 @@ impl Job {
         }
         cmd.process_group(0);
         if let Some(&cpu) = self.cpus.get(self.ranks.len()) {
-            crate::bind::bind_child(&mut cmd, cpu);
+            hx_testbed::proc::bind_to_cpu(&mut cmd, cpu);
         }
         die_with_launcher(&mut cmd);
         // The rank registers its group itself before its program runs: a `kill -9` of this

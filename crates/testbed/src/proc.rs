@@ -235,6 +235,34 @@ pub fn run(cmd: Command, timeout: Duration) -> Result<Done, String> {
     Job::spawn(cmd)?.wait(timeout)
 }
 
+/// The CPUs this process may run on, in order.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Makes the process `cmd` starts run on `cpu` only (set between fork and exec; a refusal
+/// leaves it unbound).
+pub fn bind_to_cpu(cmd: &mut Command, cpu: usize) {
+    // SAFETY: the closure only makes a syscall on a set built on its stack (async-signal-safe).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            Ok(())
+        });
+    }
+}
+
 /// `ip netns exec NS PROG ARGS...`
 pub fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
