@@ -497,6 +497,36 @@ impl Ctx {
 /// iperf3 with every client on one CPU and every server on another (unlimited rails).
 const PLACED_IPERF: &str = "iperf3-1cpu";
 
+/// Runs iperf3 over `streams` rails ([`iperf`]) and records its figure in run `run` of `r` rails
+/// as `tool`'s, or the failure.
+fn record_iperf(
+    cx: &mut Ctx,
+    tool: &'static str,
+    t: Test,
+    r: usize,
+    run: usize,
+    streams: usize,
+    cpus: Option<(usize, usize)>,
+) -> Result<(), String> {
+    match iperf(cx, streams, t == Test::Bibw, cpus) {
+        Ok((v, cpu)) => cx.record(Meas {
+            tool,
+            policy: String::new(),
+            test: t,
+            rails: r,
+            run,
+            value: v,
+            cpu_per_gb: cpu,
+            rails_used: None,
+        }),
+        Err(e) => {
+            proc::check_interrupted()?;
+            cx.fail(format!("{r} rails: {tool} {}: {e}", t.name()))
+        }
+    }
+    Ok(())
+}
+
 fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
     let need_single = r > 1
         && cx.tests.contains(&Test::Bw)
@@ -505,18 +535,12 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
             .unwrap_or_default()
             .contains(&1);
     for &t in &cx.tests.clone() {
-        let res = match t {
-            Test::Bw | Test::Bibw => iperf(cx, r, t == Test::Bibw, None).map(|(v, cpu)| Meas {
-                tool: "iperf3",
-                policy: String::new(),
-                test: t,
-                rails: r,
-                run,
-                value: v,
-                cpu_per_gb: cpu,
-                rails_used: None,
-            }),
-            Test::Latency => sockperf(cx).map(|v| Meas {
+        if t != Test::Latency {
+            record_iperf(cx, "iperf3", t, r, run, r, None)?;
+            continue;
+        }
+        match sockperf(cx) {
+            Ok(v) => cx.record(Meas {
                 tool: "sockperf",
                 policy: String::new(),
                 test: t,
@@ -526,9 +550,6 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
                 cpu_per_gb: None,
                 rails_used: None,
             }),
-        };
-        match res {
-            Ok(m) => cx.record(m),
             Err(e) => {
                 proc::check_interrupted()?;
                 cx.fail(format!("{r} rails: raw TCP {}: {e}", t.name()))
@@ -541,45 +562,12 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
     // on another says what sending from one CPU costs.
     let cpus = proc::allowed_cpus();
     if cx.nominal(r).is_none() && cpus.len() >= 2 {
-        for &t in &cx.tests.clone() {
-            if t == Test::Latency {
-                continue;
-            }
-            match iperf(cx, r, t == Test::Bibw, Some((cpus[0], cpus[1]))) {
-                Ok((v, cpu)) => cx.record(Meas {
-                    tool: PLACED_IPERF,
-                    policy: String::new(),
-                    test: t,
-                    rails: r,
-                    run,
-                    value: v,
-                    cpu_per_gb: cpu,
-                    rails_used: None,
-                }),
-                Err(e) => {
-                    proc::check_interrupted()?;
-                    cx.fail(format!("{r} rails: iperf3, clients on one CPU: {e}"))
-                }
-            }
+        for &t in cx.tests.clone().iter().filter(|&&t| t != Test::Latency) {
+            record_iperf(cx, PLACED_IPERF, t, r, run, r, Some((cpus[0], cpus[1])))?;
         }
     }
     if need_single {
-        match iperf(cx, 1, false, None) {
-            Ok((v, cpu)) => cx.record(Meas {
-                tool: "iperf3-1",
-                policy: String::new(),
-                test: Test::Bw,
-                rails: r,
-                run,
-                value: v,
-                cpu_per_gb: cpu,
-                rails_used: None,
-            }),
-            Err(e) => {
-                proc::check_interrupted()?;
-                cx.fail(format!("{r} rails: iperf3 single rail: {e}"))
-            }
-        }
+        record_iperf(cx, "iperf3-1", Test::Bw, r, run, 1, None)?;
     }
     for p in cx.policies.clone() {
         for &t in &cx.tests.clone() {
