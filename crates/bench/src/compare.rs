@@ -497,18 +497,16 @@ impl Ctx {
 /// iperf3 with every client on one CPU and every server on another (unlimited rails).
 const PLACED_IPERF: &str = "iperf3-1cpu";
 
-/// Runs iperf3 over `streams` rails ([`iperf`]) and records its figure in run `run` of `r` rails
-/// as `tool`'s, or the failure.
-fn record_iperf(
+/// Records a raw tool's figure (and CPU-s per GB) in run `run` of `r` rails as `tool`'s, or its
+/// failure.
+fn record_raw(
     cx: &mut Ctx,
     tool: &'static str,
     t: Test,
-    r: usize,
-    run: usize,
-    streams: usize,
-    cpus: Option<(usize, usize)>,
+    (r, run): (usize, usize),
+    res: Result<(f64, Option<f64>), String>,
 ) -> Result<(), String> {
-    match iperf(cx, streams, t == Test::Bibw, cpus) {
+    match res {
         Ok((v, cpu)) => cx.record(Meas {
             tool,
             policy: String::new(),
@@ -527,6 +525,19 @@ fn record_iperf(
     Ok(())
 }
 
+/// Runs iperf3 over `streams` rails ([`iperf`]) and records it ([`record_raw`]).
+fn record_iperf(
+    cx: &mut Ctx,
+    tool: &'static str,
+    t: Test,
+    (r, run): (usize, usize),
+    streams: usize,
+    cpus: Option<(usize, usize)>,
+) -> Result<(), String> {
+    let res = iperf(cx, streams, t == Test::Bibw, cpus);
+    record_raw(cx, tool, t, (r, run), res)
+}
+
 fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
     let need_single = r > 1
         && cx.tests.contains(&Test::Bw)
@@ -535,25 +546,11 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
             .unwrap_or_default()
             .contains(&1);
     for &t in &cx.tests.clone() {
-        if t != Test::Latency {
-            record_iperf(cx, "iperf3", t, r, run, r, None)?;
-            continue;
-        }
-        match sockperf(cx) {
-            Ok(v) => cx.record(Meas {
-                tool: "sockperf",
-                policy: String::new(),
-                test: t,
-                rails: r,
-                run,
-                value: v,
-                cpu_per_gb: None,
-                rails_used: None,
-            }),
-            Err(e) => {
-                proc::check_interrupted()?;
-                cx.fail(format!("{r} rails: raw TCP {}: {e}", t.name()))
-            }
+        if t == Test::Latency {
+            let res = sockperf(cx).map(|v| (v, None));
+            record_raw(cx, "sockperf", t, (r, run), res)?;
+        } else {
+            record_iperf(cx, "iperf3", t, (r, run), r, None)?;
         }
     }
     // Unlimited rails: the CPUs, not the wire, set iperf3's figure, and the scheduler spreads its
@@ -563,11 +560,11 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
     let cpus = proc::allowed_cpus();
     if cx.nominal(r).is_none() && cpus.len() >= 2 {
         for &t in cx.tests.clone().iter().filter(|&&t| t != Test::Latency) {
-            record_iperf(cx, PLACED_IPERF, t, r, run, r, Some((cpus[0], cpus[1])))?;
+            record_iperf(cx, PLACED_IPERF, t, (r, run), r, Some((cpus[0], cpus[1])))?;
         }
     }
     if need_single {
-        record_iperf(cx, "iperf3-1", Test::Bw, r, run, 1, None)?;
+        record_iperf(cx, "iperf3-1", Test::Bw, (r, run), 1, None)?;
     }
     for p in cx.policies.clone() {
         for &t in &cx.tests.clone() {
