@@ -3,7 +3,7 @@
 //! another. TCP_NOTSENT_LOWAT keeps little unsent data in each socket: a socket then reports room
 //! only when its rail is actually draining, which is what lets rails pull work at their own pace.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
@@ -346,8 +346,43 @@ fn write_gathered(
 /// send(2) of `buf`; MSG_NOSIGNAL: a peer gone is an EPIPE error, never a signal (the provider
 /// runs inside programs that keep SIGPIPE's default).
 fn send_one(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
-    // SAFETY: send reads at most buf.len() bytes from a live slice.
-    let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+    // SAFETY: sendto reads at most buf.len() bytes from a live slice; no address is passed.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            fd,
+            buf.as_ptr(),
+            buf.len(),
+            libc::MSG_NOSIGNAL,
+            std::ptr::null::<libc::sockaddr>(),
+            0 as libc::socklen_t,
+        )
+    };
+    syscall_len(n)
+}
+
+/// recv(2) into `buf`, as [`send_one`] a plain syscall. libc's `recv` and `send` are
+/// cancellation points: in a process with more than one thread (every Open MPI rank) each call
+/// also switches the thread's cancel state on and off with two atomic updates, ~60 instructions
+/// per syscall on the polling path (callgrind: a socket read 92 instructions under Open MPI, 44
+/// in hxcomm's own single-threaded ranks). hxcomm never cancels a thread.
+fn recv_one(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: recvfrom writes at most buf.len() bytes into a live slice; no address is asked.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_recvfrom,
+            fd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            0,
+            std::ptr::null_mut::<libc::sockaddr>(),
+            std::ptr::null_mut::<libc::socklen_t>(),
+        )
+    };
+    syscall_len(n)
+}
+
+fn syscall_len(n: libc::c_long) -> io::Result<usize> {
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -380,7 +415,7 @@ impl Link for TcpLink {
         if let Some(t) = self.trace.as_deref_mut() {
             return trace::tcp_read(&mut self.stream, t, buf);
         }
-        self.stream.read(buf)
+        recv_one(self.stream.as_raw_fd(), buf)
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let (stream, gather) = (&mut self.stream, &mut self.gather);
