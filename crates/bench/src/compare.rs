@@ -9,6 +9,7 @@
 //! seconds per GB against iperf3's, and the MPI figures. The testbed is taken down at the end,
 //! also on error or Ctrl-C, unless `--keep`.
 
+mod cacheline;
 pub(crate) mod parse;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -123,7 +124,13 @@ struct Ctx {
     /// The rails' congestion control (HX_TCP_CONGESTION), given to iperf3 too (`-C`) so that
     /// raw TCP runs the algorithm hxcomm's rails run, not the kernel's default.
     rail_congestion: Option<String>,
+    /// Unlimited rails: a cache line's one-way time between the first two CPUs at the start and
+    /// the end of each run.
+    cache_line: Vec<CacheLineProbe>,
 }
+
+/// (rails, run, ns before and after the run), or why it was not measured.
+type CacheLineProbe = (usize, usize, Result<(f64, f64), String>);
 
 #[derive(Clone)]
 struct Mpi {
@@ -242,6 +249,7 @@ pub fn run(o: &CompareOpts) -> Result<(), String> {
         rail_congestion: hx_engine::Settings::from_env()
             .map_err(|e| e.to_string())?
             .tcp_congestion,
+        cache_line: Vec::new(),
     };
     let mut tables = Vec::new();
     for &r in &rail_counts {
@@ -496,6 +504,39 @@ impl Ctx {
 
 /// iperf3 with every client on one CPU and every server on another (unlimited rails).
 const PLACED_IPERF: &str = "iperf3-1cpu";
+/// iperf3 with each rail's client and server on the same CPU (unlimited rails).
+const PAIRED_IPERF: &str = "iperf3-paired";
+
+/// Where iperf3's processes run. On unlimited rails the CPUs set its figure, and where its
+/// bytes go between them matters as much as how many there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Wherever the scheduler puts them.
+    Free,
+    /// Every client on the first CPU, every server on the second: every byte crosses between
+    /// the CPUs, as between hxcomm's two ranks (each keeps a CPU busy: one per CPU).
+    Crossing(usize, usize),
+    /// Rail k's client and server both on the first CPU for even k, the second for odd k: no
+    /// byte crosses between the CPUs.
+    Paired(usize, usize),
+}
+
+impl Placement {
+    /// The CPUs of rail `k`'s client and server.
+    fn cpus(self, k: usize) -> (Option<usize>, Option<usize>) {
+        match self {
+            Placement::Free => (None, None),
+            Placement::Crossing(a, b) => (Some(a), Some(b)),
+            Placement::Paired(a, b) => {
+                let c = if k.is_multiple_of(2) { a } else { b };
+                (Some(c), Some(c))
+            }
+        }
+    }
+}
+
+/// Round trips per round of the cache-line probe (~10-50 ms each here).
+const CACHE_LINE_ROUND_TRIPS: u64 = 100_000;
 
 /// Records a raw tool's figure (and CPU-s per GB) in run `run` of `r` rails as `tool`'s, or its
 /// failure.
@@ -532,13 +573,17 @@ fn record_iperf(
     t: Test,
     (r, run): (usize, usize),
     streams: usize,
-    cpus: Option<(usize, usize)>,
+    placement: Placement,
 ) -> Result<(), String> {
-    let res = iperf(cx, streams, t == Test::Bibw, cpus);
+    let res = iperf(cx, streams, t == Test::Bibw, placement);
     record_raw(cx, tool, t, (r, run), res)
 }
 
 fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
+    let cpus = proc::allowed_cpus();
+    let unlimited_pair = (cx.nominal(r).is_none() && cpus.len() >= 2).then(|| (cpus[0], cpus[1]));
+    let line_before =
+        unlimited_pair.map(|(a, b)| cacheline::oneway_ns(a, b, CACHE_LINE_ROUND_TRIPS, 3));
     let need_single = r > 1
         && cx.tests.contains(&Test::Bw)
         && cx.nominal(1).is_some()
@@ -550,21 +595,23 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
             let res = sockperf(cx).map(|v| (v, None));
             record_raw(cx, "sockperf", t, (r, run), res)?;
         } else {
-            record_iperf(cx, "iperf3", t, (r, run), r, None)?;
+            record_iperf(cx, "iperf3", t, (r, run), r, Placement::Free)?;
         }
     }
-    // Unlimited rails: the CPUs, not the wire, set iperf3's figure, and the scheduler spreads its
-    // 2 x R processes over them, while hxcomm sends from one process per host. The same iperf3
-    // with every client on one CPU (as one sending process is at any one time) and every server
-    // on another says what sending from one CPU costs.
-    let cpus = proc::allowed_cpus();
-    if cx.nominal(r).is_none() && cpus.len() >= 2 {
+    // Unlimited rails: the CPUs, not the wire, set iperf3's figure, and where its 2 x R
+    // processes run decides whether its bytes cross between the CPUs at all. hxcomm's two ranks
+    // run one per CPU, so every byte of theirs crosses, as it would cross a wire between hosts.
+    // iperf3 placed the same way (crossing) and with each rail's pair on one CPU (paired) say
+    // which of the two the free figure is, and a cache line's time between the CPUs, before
+    // and after, what the VM made crossing cost in this run.
+    if let Some((a, b)) = unlimited_pair {
         for &t in cx.tests.clone().iter().filter(|&&t| t != Test::Latency) {
-            record_iperf(cx, PLACED_IPERF, t, (r, run), r, Some((cpus[0], cpus[1])))?;
+            record_iperf(cx, PLACED_IPERF, t, (r, run), r, Placement::Crossing(a, b))?;
+            record_iperf(cx, PAIRED_IPERF, t, (r, run), r, Placement::Paired(a, b))?;
         }
     }
     if need_single {
-        record_iperf(cx, "iperf3-1", Test::Bw, (r, run), 1, None)?;
+        record_iperf(cx, "iperf3-1", Test::Bw, (r, run), 1, Placement::Free)?;
     }
     for p in cx.policies.clone() {
         for &t in &cx.tests.clone() {
@@ -627,18 +674,28 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
             }
         }
     }
+    if let (Some((a, b)), Some(before)) = (unlimited_pair, line_before) {
+        let after = cacheline::oneway_ns(a, b, CACHE_LINE_ROUND_TRIPS, 3);
+        let res = before.and_then(|x| after.map(|y| (x, y)));
+        match &res {
+            Ok((x, y)) => eprintln!(
+                "compare:   cache line between CPUs {a} and {b}, one way: {x:.0} ns before, {y:.0} ns after"
+            ),
+            Err(e) => eprintln!("compare:   cache line between CPUs {a} and {b}: {e}"),
+        }
+        cx.cache_line.push((r, run, res));
+    }
     Ok(())
 }
 
 /// iperf3 over the first `streams` rails at once: one server per rail in host 1 bound to its rail
 /// address, one client per rail in host 0. Returns the summed receiver MB/s (both directions with
-/// `bidir`) and CPU seconds per GB of all clients and servers. `cpus`: every client runs on the
-/// first CPU, every server on the second (else wherever the scheduler puts them).
+/// `bidir`) and CPU seconds per GB of all clients and servers, run as `placement` says.
 fn iperf(
     cx: &Ctx,
     streams: usize,
     bidir: bool,
-    cpus: Option<(usize, usize)>,
+    placement: Placement,
 ) -> Result<(f64, Option<f64>), String> {
     let (h0, h1) = (cx.host(0), cx.host(1));
     let placed = |mut cmd: Command, cpu: Option<usize>| {
@@ -652,7 +709,7 @@ fn iperf(
         let addr = format!("10.10.{i}.2");
         let port = (IPERF_PORT + i as u16).to_string();
         let cmd = in_ns(&h1, "iperf3", &["-s", "-1", "-B", &addr, "-p", &port]);
-        servers.push(Job::spawn(placed(cmd, cpus.map(|c| c.1)))?);
+        servers.push(Job::spawn(placed(cmd, placement.cpus(i).1))?);
     }
     for i in 0..streams {
         proc::wait_listening(
@@ -676,7 +733,7 @@ fn iperf(
         }
         clients.push(Job::spawn(placed(
             in_ns(&h0, "iperf3", &args),
-            cpus.map(|c| c.0),
+            placement.cpus(i).0,
         ))?);
     }
     let (mut mb, mut bytes, mut cpu) = (0.0, 0.0, 0.0);
@@ -823,6 +880,42 @@ fn mpi(cx: &Ctx, r: usize, m: &Mpi) -> Result<Vec<parse::MpiLine>, String> {
     c.arg(&m.bin).args(&tests);
     let out = proc::run(c, Duration::from_secs(300))?.into_stdout(m.label)?;
     parse::mpi_osu(&out)
+}
+
+/// One line per run of `r` unlimited rails: the cache line's time between the CPUs beside every
+/// one-way and two-way figure of that run, so that a slow run can be matched to the placement.
+fn per_run_placement(cx: &Ctx, r: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for (_, run, line) in cx.cache_line.iter().filter(|c| c.0 == r) {
+        let line = match line {
+            Ok((a, b)) => format!("cache line {a:.0} / {b:.0} ns (before / after)"),
+            Err(e) => format!("cache line not measured ({e})"),
+        };
+        let mut parts = vec![format!("run {}: {line}", run + 1)];
+        for &t in cx.tests.iter().filter(|&&t| t != Test::Latency) {
+            let figs: Vec<String> = cx
+                .all
+                .iter()
+                .filter(|m| m.rails == r && m.run == *run && m.test == t)
+                .map(|m| {
+                    let who = match (m.tool, m.policy.as_str()) {
+                        ("hxcomm", "") => "hxcomm".to_string(),
+                        ("hxcomm", p) => format!("hxcomm [{p}]"),
+                        ("iperf3", _) => "iperf3 free".into(),
+                        (PLACED_IPERF, _) => "crossing".into(),
+                        (PAIRED_IPERF, _) => "paired".into(),
+                        (tool, _) => tool.to_string(),
+                    };
+                    format!("{who} {:.0}", m.value)
+                })
+                .collect();
+            if !figs.is_empty() {
+                parts.push(format!("{} MB/s: {}", t.name(), figs.join(", ")));
+            }
+        }
+        out.push(parts.join("; "));
+    }
+    out
 }
 
 /// Medians of one tool's figure (and of its CPU cost) at `r` rails.
@@ -1064,12 +1157,16 @@ fn table(cx: &Ctx, r: usize) -> String {
                     let px = paired(&cx.all, hx_who, (PLACED_IPERF, None), t, r);
                     js["raw_clients_on_one_cpu"] = json!(v);
                     js["pct_of_raw_clients_on_one_cpu"] = json!(px.map(|x| x * 100.0));
+                    let (local, _) = med(cx, PAIRED_IPERF, None, t, r);
+                    js["raw_pairs_on_one_cpu"] = json!(local);
                     placed_notes.push(format!(
-                        "{} [{}]: iperf3 with its clients on one CPU and its servers on another \
-                         {v:.1} MB/s; hxcomm at {} of that",
+                        "{} [{}]: iperf3 crossing (clients on one CPU, servers on the other) \
+                         {v:.1} MB/s, hxcomm at {} of that; iperf3 paired (each rail's client \
+                         and server on one CPU) {} MB/s",
                         t.name(),
                         hx_policy_label(p),
-                        pct(px)
+                        pct(px),
+                        fmt(local, 1)
                     ));
                 }
                 let w = ratio(hx, wire.map(|w| w * dir));
@@ -1154,14 +1251,16 @@ fn table(cx: &Ctx, r: usize) -> String {
     let mut notes = placed_notes;
     if !notes.is_empty() {
         notes.push(
-            "raw TCP is iperf3 as it runs free: 2 x R processes that the scheduler spreads over \
-             the CPUs. veth runs a stream's receive path on its sender's CPU, so where a host's \
-             sending is done on one CPU (hxcomm's one process per host; iperf3 with its clients \
-             on one CPU) that CPU does both ends' TCP work while the other idles part of the \
-             time"
+            "raw TCP is iperf3 as it runs free: one client and one server per rail, placed by \
+             the scheduler, which tends to keep a rail's pair on one CPU so that its bytes never \
+             leave that CPU (the paired figure). hxcomm's two ranks, each keeping a CPU busy, run \
+             one per CPU and every byte crosses between them, as it would cross a wire between two hosts: crossing is \
+             iperf3 placed the same way. What crossing costs depends on where the VM puts its \
+             CPUs, which the cache line's time between them shows per run"
                 .into(),
         );
     }
+    notes.extend(per_run_placement(cx, r));
     let mut used: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
     for m in cx.all.iter().filter(|m| m.rails == r) {
         if let Some(u) = m.rails_used {
@@ -1209,6 +1308,24 @@ mod tests {
             cpu_per_gb: None,
             rails_used: None,
         }
+    }
+
+    #[test]
+    fn iperf3_placements_put_each_rails_pair_where_they_say() {
+        assert_eq!(Placement::Free.cpus(3), (None, None));
+        let crossing = Placement::Crossing(0, 1);
+        assert!((0..4).all(|k| crossing.cpus(k) == (Some(0), Some(1))));
+        let pairs = Placement::Paired(2, 5);
+        let got: Vec<_> = (0..4).map(|k| pairs.cpus(k)).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(2), Some(2)),
+                (Some(5), Some(5)),
+                (Some(2), Some(2)),
+                (Some(5), Some(5))
+            ]
+        );
     }
 
     #[test]

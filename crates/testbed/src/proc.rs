@@ -263,6 +263,26 @@ pub fn bind_to_cpu(cmd: &mut Command, cpu: usize) {
     }
 }
 
+/// Makes the calling thread run on `cpu` only.
+pub fn bind_current_thread(cpu: usize) -> std::io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} out of range"),
+        ));
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; pid 0 is the calling thread.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `ip netns exec NS PROG ARGS...`
 pub fn in_ns(ns: &str, prog: &str, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
@@ -311,6 +331,20 @@ mod tests {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|s| !s.contains(") Z "))
             .unwrap_or(false)
+    }
+
+    #[test]
+    fn a_thread_binds_itself_to_one_cpu_and_a_cpu_out_of_range_is_refused() {
+        let cpu = *allowed_cpus().last().unwrap();
+        let got = std::thread::spawn(move || {
+            bind_current_thread(cpu).unwrap();
+            allowed_cpus()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(got, vec![cpu]);
+        assert!(allowed_cpus().contains(&cpu), "the calling thread only");
+        assert!(bind_current_thread(libc::CPU_SETSIZE as usize).is_err());
     }
 
     /// One test, in order: the flag that a caught signal sets is process-wide.
