@@ -9,7 +9,6 @@
 //! seconds per GB against iperf3's, and the MPI figures. The testbed is taken down at the end,
 //! also on error or Ctrl-C, unless `--keep`.
 
-mod cacheline;
 pub(crate) mod parse;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,6 +20,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use self::parse::{median, ratio};
+use hx_testbed::cacheline;
 use hx_testbed::proc::{self, in_ns, Job};
 
 const MPI_OSU_C: &str = include_str!("../../../bench/mpi_osu.c");
@@ -535,9 +535,6 @@ impl Placement {
     }
 }
 
-/// Round trips per round of the cache-line probe (~10-50 ms each here).
-const CACHE_LINE_ROUND_TRIPS: u64 = 100_000;
-
 /// Records a raw tool's figure (and CPU-s per GB) in run `run` of `r` rails as `tool`'s, or its
 /// failure.
 fn record_raw(
@@ -582,8 +579,7 @@ fn record_iperf(
 fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
     let cpus = proc::allowed_cpus();
     let unlimited_pair = (cx.nominal(r).is_none() && cpus.len() >= 2).then(|| (cpus[0], cpus[1]));
-    let line_before =
-        unlimited_pair.map(|(a, b)| cacheline::oneway_ns(a, b, CACHE_LINE_ROUND_TRIPS, 3));
+    let line_before = unlimited_pair.and_then(|_| probe_placement());
     let need_single = r > 1
         && cx.tests.contains(&Test::Bw)
         && cx.nominal(1).is_some()
@@ -675,7 +671,7 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
         }
     }
     if let (Some((a, b)), Some(before)) = (unlimited_pair, line_before) {
-        let after = cacheline::oneway_ns(a, b, CACHE_LINE_ROUND_TRIPS, 3);
+        let after = probe_placement().unwrap_or_else(|| Err("fewer than 2 CPUs".into()));
         let res = before.and_then(|x| after.map(|y| (x, y)));
         match &res {
             Ok((x, y)) => eprintln!(
@@ -686,6 +682,12 @@ fn measure_run(cx: &mut Ctx, r: usize, run: usize) -> Result<(), String> {
         cx.cache_line.push((r, run, res));
     }
     Ok(())
+}
+
+/// The cache line's one-way time between the first two CPUs: three rounds of 100,000 round
+/// trips (0.1-0.5 s), a fraction of a run.
+fn probe_placement() -> Option<Result<f64, String>> {
+    cacheline::probe_first_two(100_000, 3)
 }
 
 /// iperf3 over the first `streams` rails at once: one server per rail in host 1 bound to its rail

@@ -238,6 +238,7 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         } else {
             "loopback"
         },
+        probe_placement: false,
         rail_counts: &RAIL_COUNTS,
         benches: &Bench::ALL,
         segments: &|b| plan::segments(b, args.quick),
@@ -279,6 +280,9 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
             );
             let part2 = Part {
                 label: "unlimited",
+                // Where the CPUs, not a wire, are the limit, a stream runs at ~8 or ~2 GB/s by
+                // where the VM puts them.
+                probe_placement: true,
                 rail_counts: &UNLIMITED_RAIL_COUNTS,
                 benches: &UNLIMITED_BENCHES,
                 segments: &|b| plan::unlimited_segments(b, args.quick),
@@ -399,6 +403,8 @@ type Runs = Vec<Vec<results::Point>>;
 /// One part of the demo: which rail counts, benchmarks and segments, and how many runs.
 struct Part<'a> {
     label: &'static str,
+    /// Probe where the VM had put the CPUs around every job ([`with_placement`]).
+    probe_placement: bool,
     rail_counts: &'a [u32],
     benches: &'a [Bench],
     segments: &'a dyn Fn(Bench) -> Vec<Segment>,
@@ -436,8 +442,9 @@ fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, Str
                         let pi = (k + run - 1) % POLICIES.len();
                         proc::check_interrupted()?;
                         let t = Instant::now();
-                        let points =
-                            run_segment(mode, exe, POLICIES[pi], rails, bench, seg, seg.sizes)?;
+                        let points = with_placement(part.probe_placement, || {
+                            run_segment(mode, exe, POLICIES[pi], rails, bench, seg, seg.sizes)
+                        })?;
                         collected[pi][bi][si].push(points);
                         seconds[pi] += t.elapsed().as_secs_f64();
                     }
@@ -625,6 +632,33 @@ fn second_look(
         );
     }
     Ok(())
+}
+
+/// `job`'s points, with (when `probe`) a cache line's one-way time between the first two CPUs
+/// around it, the longer of before and after (hx_testbed::cacheline): one round of 20,000 round
+/// trips each side, 2-10 ms. A probe that fails leaves the points without one.
+fn with_placement(
+    probe: bool,
+    job: impl FnOnce() -> Result<Vec<results::Point>, String>,
+) -> Result<Vec<results::Point>, String> {
+    if !probe {
+        return job();
+    }
+    let look = || hx_testbed::cacheline::probe_first_two(20_000, 1);
+    let before = look();
+    let mut points = job()?;
+    match (before, look()) {
+        (Some(Ok(a)), Some(Ok(b))) => {
+            for p in &mut points {
+                p.placement = Some((a.max(b) * 10.0).round() / 10.0);
+            }
+        }
+        (Some(Err(e)), _) | (_, Some(Err(e))) => {
+            eprintln!("hxcomm demo: warning: the cache-line probe failed: {e}")
+        }
+        _ => {}
+    }
+    Ok(points)
 }
 
 /// One job of `seg` over `sizes`: its points, checked to be there and on the rails asked for.

@@ -72,6 +72,9 @@ fn points_json(bench: Bench, r: &ConfigResult, wire: bool) -> Value {
             if !p.floor_runs.is_empty() {
                 v["floor_runs"] = json!(p.floor_runs);
             }
+            if !p.placement_runs.is_empty() {
+                v["cache_line_ns_runs"] = json!(p.placement_runs);
+            }
             if bench == Bench::Latency {
                 v["usec"] = json!(p.value);
             } else {
@@ -393,6 +396,8 @@ mod tests {
                     runs: vec![],
                     floor: None,
                     floor_runs: vec![],
+                    placement: None,
+                    placement_runs: vec![],
                 })
                 .collect()
         };

@@ -52,6 +52,12 @@ pub struct Point {
     pub floor: Option<f64>,
     /// Every run's floor, in the order of `runs`, when every run has one.
     pub floor_runs: Vec<f64>,
+    /// Unlimited rails: a cache line's one-way time (ns) between the first two CPUs around the
+    /// job (the longer of before and after), which says where the VM had put its CPUs
+    /// (hx_testbed::cacheline).
+    pub placement: Option<f64>,
+    /// Every run's placement, in the order of `runs`, when every run has one.
+    pub placement_runs: Vec<f64>,
 }
 
 /// Parses the `--json` output of one benchmark run: every line that is a JSON object with
@@ -85,6 +91,8 @@ pub fn parse_lines(text: &str, bench: Bench) -> Result<Vec<Point>, String> {
             runs: vec![],
             floor: v[format!("floor_{}", bench.field())].as_f64(),
             floor_runs: vec![],
+            placement: None,
+            placement_runs: vec![],
         });
     }
     Ok(out)
@@ -109,10 +117,17 @@ pub fn median_by_size(runs: &[Vec<Point>]) -> Vec<Point> {
             } else {
                 vec![]
             };
+            let placements: Vec<f64> = at.iter().filter_map(|p| p.placement).collect();
+            let placement_runs = if placements.len() == all.len() {
+                placements
+            } else {
+                vec![]
+            };
             at.sort_by(|x, y| x.value.total_cmp(&y.value));
             at.get((at.len().max(1) - 1) / 2).map(|p| Point {
                 runs: all,
                 floor_runs,
+                placement_runs,
                 ..(*p).clone()
             })
         })
@@ -373,6 +388,8 @@ mod tests {
             runs: vec![],
             floor: None,
             floor_runs: vec![],
+            placement: None,
+            placement_runs: vec![],
         }
     }
 
@@ -441,6 +458,18 @@ not json {"bench":"bw"}
         // A run without a floor: no floors at all, rather than floors out of step with runs.
         let m = median_by_size(&[vec![f(7.3, Some(6.6))], vec![f(4.4, None)]]);
         assert!(m[0].floor_runs.is_empty());
+    }
+
+    #[test]
+    fn placements_follow_their_runs() {
+        let f = |v: f64, placement: Option<f64>| Point {
+            placement,
+            ..pt(4 << 20, v)
+        };
+        let m = median_by_size(&[vec![f(8100.0, Some(52.0))], vec![f(2100.0, Some(240.0))]]);
+        assert_eq!(m[0].placement_runs, vec![52.0, 240.0]);
+        let m = median_by_size(&[vec![f(8100.0, Some(52.0))], vec![f(2100.0, None)]]);
+        assert!(m[0].placement_runs.is_empty());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! 5% of the best fixed policy at every size"). Latency: lower is better, ok when adaptive <=
 //! 1.05 x the lowest; bw, bibw: higher is better, ok when adaptive >= 0.95 x the highest.
 
+use hx_testbed::cacheline;
 use serde_json::{json, Value};
 
 use crate::results::{fmt_size, Bench, ConfigResult};
@@ -157,6 +158,25 @@ pub struct Machine {
     /// machine added to one and not the other taken off; bandwidth (a / fa) / (b / fb), each as
     /// a share of what plain TCP reached at that moment. Within the tolerance.
     pub corrected_ratio: f64,
+    /// What the placement rests on; with [`Basis::Placement`] the two "floors" are cache-line
+    /// times (ns) and the ratio is taken over the runs that saw the same placement.
+    pub basis: Basis,
+}
+
+/// What places a miss in the machine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Basis {
+    /// The plain TCP floors of the same jobs ([`placed_in_machine`]).
+    Floors,
+    /// Where the VM had put its CPUs around the jobs ([`placed_by_cpus`]): `runs` runs in
+    /// which adaptive's job and every fixed policy's saw the same placement (the fewest of any
+    /// fixed policy), and the cache line's time (ns) around each run of adaptive and of the
+    /// best policy.
+    Placement {
+        runs: usize,
+        adaptive_ns: Vec<f64>,
+        best_ns: Vec<f64>,
+    },
 }
 
 /// A usable figure: finite and not negative.
@@ -332,6 +352,68 @@ pub fn placed_in_machine(
         adaptive_floor: median(a_floors.to_vec())?,
         best_floor: median(best_floors.to_vec())?,
         corrected_ratio,
+        basis: Basis::Floors,
+    })
+}
+
+/// One policy's runs at a size and, per run, a cache line's one-way time (ns) between the
+/// CPUs around its job.
+pub type Placed<'a> = (&'a [f64], &'a [f64]);
+
+/// For a miss on unlimited rails: whether where the VM had put its two CPUs explains it. There
+/// a stream's bytes cross from one CPU to the other, and it moves ~8 GB/s while a cache line
+/// goes between them in ~30-60 ns and ~2 GB/s while it takes ~180-250 (for minutes at a time,
+/// whatever the policy; iperf3 placed as hxcomm's ranks are falls alike, BENCHMARKS.md). So
+/// adaptive is compared with each fixed policy only over the runs in which both jobs saw the
+/// same placement (both below [`cacheline::FAR_NS`] or both at or above it). Placed when every
+/// fixed policy shares at least one such run with adaptive, some run saw them apart (else the
+/// ratio is the miss's own), and adaptive is then within the tolerance of every fixed policy.
+pub fn placed_by_cpus(
+    adaptive: Placed,
+    fixed: &[(&str, Placed)],
+    best_policy: &str,
+    better: Better,
+) -> Option<Machine> {
+    let (a_runs, a_ns) = adaptive;
+    let n = a_runs.len();
+    let complete = |(runs, ns): Placed| n > 0 && runs.len() == n && ns.len() == n;
+    if !complete(adaptive) || !fixed.iter().all(|&(_, f)| complete(f)) {
+        return None;
+    }
+    let far = |ns: f64| ns >= cacheline::FAR_NS;
+    let (mut worst, mut apart, mut fewest): (Option<f64>, bool, usize) = (None, false, n);
+    for &(_, (b_runs, b_ns)) in fixed {
+        let same: Vec<usize> = (0..n).filter(|&i| far(a_ns[i]) == far(b_ns[i])).collect();
+        apart |= same.len() < n;
+        fewest = fewest.min(same.len());
+        let ratios: Vec<f64> = same
+            .into_iter()
+            .filter(|&i| {
+                usable(Some(a_runs[i])).is_some() && b_runs[i].is_finite() && b_runs[i] > 0.0
+            })
+            .map(|i| a_runs[i] / b_runs[i])
+            .collect();
+        let r = median(ratios)?;
+        worst = Some(match (worst, better) {
+            (None, _) => r,
+            (Some(w), Better::Lower) => w.max(r),
+            (Some(w), Better::Higher) => w.min(r),
+        });
+    }
+    let ratio = worst?;
+    if !apart || within(better, ratio, 1.0) != Status::Ok {
+        return None;
+    }
+    let best_ns = fixed.iter().find(|(p, _)| *p == best_policy)?.1 .1;
+    Some(Machine {
+        adaptive_floor: median(a_ns.to_vec())?,
+        best_floor: median(best_ns.to_vec())?,
+        corrected_ratio: ratio,
+        basis: Basis::Placement {
+            runs: fewest,
+            adaptive_ns: a_ns.to_vec(),
+            best_ns: best_ns.to_vec(),
+        },
     })
 }
 
@@ -427,6 +509,18 @@ pub fn groups(part: &str, configs: &[ConfigResult], benches: &[Bench]) -> Vec<Gr
                         v.machine = v.best_policy.as_deref().and_then(|bp| {
                             placed_in_machine(floored(CANDIDATE), &fixed, bp, Better::of(bench))
                         });
+                        let placed = |p: &str| -> Placed {
+                            point(p).map_or((&[][..], &[][..]), |x| {
+                                (&x.runs[..], &x.placement_runs[..])
+                            })
+                        };
+                        if v.machine.is_none() {
+                            let fixed: Vec<(&str, Placed)> =
+                                FIXED.iter().map(|&p| (p, placed(p))).collect();
+                            v.machine = v.best_policy.as_deref().and_then(|bp| {
+                                placed_by_cpus(placed(CANDIDATE), &fixed, bp, Better::of(bench))
+                            });
+                        }
                     }
                     v
                 })
@@ -451,6 +545,14 @@ fn fig(v: f64) -> String {
     }
 }
 
+/// `36/245/39`: cache-line times, one per run.
+fn ns_list(v: &[f64]) -> String {
+    v.iter()
+        .map(|x| format!("{x:.0}"))
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// One size that is not ok, for the tables: `16K 211.7 vs rr 239.4 (0.88)`.
 pub fn describe(p: &PointVerdict) -> String {
     match (p.status, p.adaptive, &p.best_policy, p.best) {
@@ -468,28 +570,45 @@ pub fn describe(p: &PointVerdict) -> String {
                 } else {
                     ""
                 },
-            ) + &p.machine.as_ref().map_or(String::new(), |m| {
-                format!(
-                    " [the machine: plain TCP {} vs {} in the same jobs, {:.2} corrected]",
-                    fig(m.adaptive_floor),
-                    fig(m.best_floor),
-                    m.corrected_ratio
-                )
-            }) + &p.second_look.as_ref().map_or(String::new(), |l| {
-                format!(
-                    " [second look, {} runs of {}x the iterations: {} vs {}, {:.2}: {}]",
-                    l.runs,
-                    l.factor,
-                    fig(l.adaptive),
-                    fig(l.best),
-                    l.ratio,
-                    if l.status == Status::Ok {
-                        "not reproduced"
-                    } else {
-                        "reproduced"
-                    }
-                )
-            })
+            ) + &p
+                .machine
+                .as_ref()
+                .map_or(String::new(), |m| match &m.basis {
+                    Basis::Floors => format!(
+                        " [the machine: plain TCP {} vs {} in the same jobs, {:.2} corrected]",
+                        fig(m.adaptive_floor),
+                        fig(m.best_floor),
+                        m.corrected_ratio
+                    ),
+                    Basis::Placement {
+                        runs,
+                        adaptive_ns,
+                        best_ns,
+                    } => format!(
+                    " [the machine: a cache line between the CPUs {} ns around adaptive's runs, \
+                     {} around {}'s, {:.2} over the {runs} run{} in the same placement]",
+                    ns_list(adaptive_ns),
+                    ns_list(best_ns),
+                    p.best_policy.as_deref().unwrap_or("-"),
+                    m.corrected_ratio,
+                    if *runs == 1 { "" } else { "s" }
+                ),
+                })
+                + &p.second_look.as_ref().map_or(String::new(), |l| {
+                    format!(
+                        " [second look, {} runs of {}x the iterations: {} vs {}, {:.2}: {}]",
+                        l.runs,
+                        l.factor,
+                        fig(l.adaptive),
+                        fig(l.best),
+                        l.ratio,
+                        if l.status == Status::Ok {
+                            "not reproduced"
+                        } else {
+                            "reproduced"
+                        }
+                    )
+                })
         }
         _ => fmt_size(p.bytes),
     }
@@ -677,7 +796,8 @@ impl Bar {
                 0 => String::new(),
                 n => format!(
                     "; {n} of the misses placed in the machine by the plain TCP figures of the \
-                     same jobs (within 5% once each run is corrected by its floors)"
+                     same jobs (within 5% once each run is corrected by its floors) or by where \
+                     the VM had put the CPUs (within 5% over the runs in the same placement)"
                 ),
             } + &match self.misses_not_reproduced {
                 0 => String::new(),
@@ -788,11 +908,21 @@ pub fn to_json(groups: &[Group], bars: &[Bar]) -> Value {
                 "ratio": p.ratio.map(|r| (r * 1e4).round() / 1e4),
                 "verdict": p.status.name(),
                 "faster_than_wire": p.faster_than_wire,
-                "placed_in_machine": p.machine.as_ref().map(|m| json!({
-                    "adaptive_floor": m.adaptive_floor,
-                    "best_floor": m.best_floor,
-                    "corrected_ratio": (m.corrected_ratio * 1e4).round() / 1e4,
-                })),
+                "placed_in_machine": p.machine.as_ref().map(|m| match &m.basis {
+                    Basis::Floors => json!({
+                        "by": "floors",
+                        "adaptive_floor": m.adaptive_floor,
+                        "best_floor": m.best_floor,
+                        "corrected_ratio": (m.corrected_ratio * 1e4).round() / 1e4,
+                    }),
+                    Basis::Placement { runs, adaptive_ns, best_ns } => json!({
+                        "by": "cpu placement",
+                        "adaptive_cache_line_ns": adaptive_ns,
+                        "best_cache_line_ns": best_ns,
+                        "same_placement_ratio": (m.corrected_ratio * 1e4).round() / 1e4,
+                        "same_placement_runs": runs,
+                    }),
+                }),
                 "second_look": p.second_look.as_ref().map(|l| json!({
                     "runs": l.runs,
                     "iterations_factor": l.factor,
@@ -979,6 +1109,8 @@ mod tests {
             runs: vec![],
             floor: None,
             floor_runs: vec![],
+            placement: None,
+            placement_runs: vec![],
         }
     }
 
@@ -1163,6 +1295,101 @@ mod tests {
         partial[1].latency[0].floor_runs.clear();
         let g = groups("1gbit", &partial, &[Bench::Latency]);
         assert_eq!(g[0].points[0].machine, None);
+    }
+
+    /// A 4 MiB bandwidth point of three runs with the cache line's time around each.
+    fn placed(policy: &str, runs: [f64; 3], ns: [f64; 3]) -> ConfigResult {
+        let mut sorted = runs;
+        sorted.sort_by(f64::total_cmp);
+        let mut c = cfg(policy, 4, &[(4 << 20, sorted[1])], &[]);
+        c.bw[0].runs = runs.to_vec();
+        c.bw[0].placement_runs = ns.to_vec();
+        c
+    }
+
+    #[test]
+    fn a_bandwidth_miss_from_runs_in_the_far_cpu_placement_is_placed_in_the_machine() {
+        // Adaptive's jobs of runs 1 and 2 saw the CPUs ~240 ns apart, every other job ~50.
+        let near = [50.0, 52.0, 49.0];
+        let configs = |adaptive_run3: f64| {
+            vec![
+                placed("bind", [7900.0, 8000.0, 7800.0], near),
+                placed("rr", [8100.0, 8050.0, 7950.0], near),
+                placed("stripe", [8300.0, 8250.0, 8000.0], near),
+                placed(
+                    "adaptive",
+                    [2100.0, 2000.0, adaptive_run3],
+                    [240.0, 236.0, 51.0],
+                ),
+            ]
+        };
+        let g = groups("unlimited", &configs(8200.0), &[Bench::Bw]);
+        let p = &g[0].points[0];
+        assert_eq!(
+            (p.status, p.best_policy.as_deref()),
+            (Status::Miss, Some("stripe"))
+        );
+        let m = p.machine.as_ref().expect("placed in the machine");
+        assert!(matches!(m.basis, Basis::Placement { runs: 1, .. }), "{m:?}");
+        assert_eq!((m.adaptive_floor, m.best_floor), (236.0, 50.0));
+        assert!((m.corrected_ratio - 8200.0 / 8000.0).abs() < 1e-9, "{m:?}");
+        assert!(
+            describe(p).ends_with(
+                "[the machine: a cache line between the CPUs 240/236/51 ns around adaptive's \
+                 runs, 50/52/49 around stripe's, 1.02 over the 1 run in the same placement]"
+            ),
+            "{}",
+            describe(p)
+        );
+        let b = bar("4 rails", &g, "unlimited", &[4]);
+        assert_eq!((b.misses_machine, b.misses_unexplained), (1, 0));
+        assert!(b.line().contains("or by where the VM had put the CPUs"));
+        let j = to_json(&g, &[b]);
+        let placed_j = &j["groups"][0]["points"][0]["placed_in_machine"];
+        assert_eq!(placed_j["by"], "cpu placement");
+        assert_eq!(placed_j["same_placement_runs"], 1);
+
+        // Slow in the run that saw the same placement as the others too: adaptive's own.
+        let g = groups("unlimited", &configs(7000.0), &[Bench::Bw]);
+        assert_eq!(g[0].points[0].status, Status::Miss);
+        assert_eq!(g[0].points[0].machine, None);
+        assert!(wants_second_look(&g[0].points[0]));
+    }
+
+    #[test]
+    fn the_cpu_placement_places_only_what_runs_in_the_same_placement_show() {
+        let a: Placed = (&[2000.0, 2100.0, 8000.0], &[240.0, 240.0, 50.0]);
+        let near_b: Placed = (&[8000.0, 8000.0, 8000.0], &[50.0, 50.0, 50.0]);
+        let fixed = [("stripe", near_b)];
+        let m = placed_by_cpus(a, &fixed, "stripe", Better::Higher).expect("placed");
+        assert!(matches!(m.basis, Basis::Placement { runs: 1, .. }), "{m:?}");
+        // Every run in the same placement: the ratio is the miss's own, nothing to place.
+        let all_near: Placed = (&[6000.0, 6000.0, 6000.0], &[50.0, 50.0, 50.0]);
+        assert_eq!(
+            placed_by_cpus(all_near, &fixed, "stripe", Better::Higher),
+            None
+        );
+        // No run in the same placement as a fixed policy: nothing to compare.
+        let all_far: Placed = (&[2000.0, 2000.0, 2000.0], &[240.0, 240.0, 240.0]);
+        assert_eq!(
+            placed_by_cpus(all_far, &fixed, "stripe", Better::Higher),
+            None
+        );
+        // A run without its probe, or no runs: not placed.
+        let short: Placed = (&[2000.0, 2100.0, 8000.0], &[240.0, 240.0]);
+        assert_eq!(
+            placed_by_cpus(short, &fixed, "stripe", Better::Higher),
+            None
+        );
+        assert_eq!(
+            placed_by_cpus((&[][..], &[][..]), &[], "stripe", Better::Higher),
+            None
+        );
+        // Both far in the same run compare too (the placement, not the figure, pairs runs).
+        let far_b: Placed = (&[2050.0, 8000.0, 8000.0], &[240.0, 50.0, 50.0]);
+        let a2: Placed = (&[2000.0, 2100.0, 8100.0], &[240.0, 240.0, 50.0]);
+        let m = placed_by_cpus(a2, &[("rr", far_b)], "rr", Better::Higher).expect("placed");
+        assert!(matches!(m.basis, Basis::Placement { runs: 2, .. }), "{m:?}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! commands of the programs that drive a testbed (`hxcomm demo`, `hxcomm bench compare`): with a
 //! timeout, as a process group, stopped on Ctrl-C.
 
+pub mod cacheline;
 mod cli;
 mod hosts;
 pub mod net;

@@ -1,15 +1,27 @@
-//! The time a cache line takes between two CPUs: the probe `bench compare` runs beside its
-//! unlimited-rail figures. On this project's VMs the two vCPUs sit at ~25, ~50 or ~240 ns from
-//! each other one way, changing for minutes at a time, and a stream whose bytes cross between
-//! the CPUs (hxcomm's two ranks, iperf3 with clients and servers apart) moves ~8 GB/s in the
-//! ~50 ns placement and ~2 GB/s in the ~240 ns one (BENCHMARKS.md, issue 10).
+//! The time a cache line takes between two CPUs: the probe `hxcomm bench compare` and the
+//! demo run beside their unlimited-rail figures. On this project's VMs a cache line goes from
+//! one vCPU to the other in ~30-50 ns or, for minutes at a time, in ~180-250 ns (where the host
+//! puts them), and a stream whose bytes cross between the CPUs (hxcomm's two ranks, iperf3 with
+//! clients and servers apart) moves ~8 GB/s in the first placement and ~2 GB/s in the second
+//! (BENCHMARKS.md, issue 10).
 
 use std::hint::spin_loop;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hx_testbed::proc;
+use crate::proc;
+
+/// A one-way time at or above this is the far placement (~180-250 ns here; the near one reads
+/// ~30-60).
+pub const FAR_NS: f64 = 150.0;
+
+/// [`oneway_ns`] between the first two CPUs this process may use; None with fewer. A round of
+/// 100,000 round trips takes ~10 ms in the near placement here and ~50 ms in the far one.
+pub fn probe_first_two(round_trips: u64, rounds: usize) -> Option<Result<f64, String>> {
+    let cpus = proc::allowed_cpus();
+    (cpus.len() >= 2).then(|| oneway_ns(cpus[0], cpus[1], round_trips, rounds))
+}
 
 /// A counter alone on its (prefetch-pair of) cache lines.
 #[repr(align(128))]
