@@ -5,7 +5,11 @@
 # settings for its ranks. Every run runs each variant once (each run starting one variant later
 # than the one before) with the same `hxcomm bench` arguments, on one 2-host testbed; then, per
 # variant and size, the median over RUNS (MB/s for bandwidth tests, usec for latency; CPU-s per
-# GB beside it) and its ratio to the first variant, then the raw runs.
+# GB beside it) and its ratio to the first variant, then the raw runs. Each job is bracketed by a
+# cache-line ping-pong between CPUs 0 and 1 (bench/cacheline_pingpong.c, 100,000 round trips,
+# 10-50 ms): this VM puts its two CPUs ~50 or, for minutes at a time, ~240 ns apart, and a
+# stream whose bytes cross between them moves ~8 or ~2 GB/s with it (BENCHMARKS.md, thirty-fifth
+# session). The ratios are also given over only the runs whose two jobs saw the same placement.
 #
 #   sudo RUNS=7 bench/ab.sh before=/tmp/hxcomm.old after=target/release/hxcomm -- bibw --sizes 256k:256k
 #   sudo NET="--rails 1 --rate none" bench/ab.sh \
@@ -50,6 +54,8 @@ for i in "${!bins[@]}"; do
   cp "${bins[$i]}" "$tmp/hxcomm.$i"
 done
 H=$tmp/hxcomm.0
+cc -O2 -o "$tmp/clpp" bench/cacheline_pingpong.c
+cl() { "$tmp/clpp" 100000 1 1 | sed -n 's/.*median_oneway_ns=\([0-9.]*\).*/\1/p'; }
 trap '"$H" net down --name $NAME >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 exec 9>/tmp/hxcomm-bench.lock
 flock 9
@@ -67,16 +73,19 @@ for r in $(seq "$RUNS"); do
     for e in ${envs[$i]}; do opts+=(--env "$e"); done
     # The output is parsed after the run: a parser started beside the ranks (python3's start
     # takes tens of ms of CPU) slowed the first size measured (8 B latency 45 us instead of 7).
+    before=$(cl)
     "$b" run --net --name $NAME -n 2 "${opts[@]}" -- "$b" bench "$@" --json >"$tmp/out" 2>"$tmp/err" ||
       { echo "run $r ${labels[$i]} failed:" >&2; tail -3 "$tmp/err" >&2; continue; }
+    after=$(cl)
     python3 -c '
 import json, sys
+ns = max(float(x) for x in sys.argv[3:5])
 for line in sys.stdin:
     if line.startswith("{"):
         d = json.loads(line)
         v = d["usec"] if d["bench"] == "latency" else d["mb_per_s"]
-        print(sys.argv[1], sys.argv[2], d["bytes"], v, d["cpu_s_per_gb"])
-' "$r" "${labels[$i]}" <"$tmp/out" >>"$tmp/raw"
+        print(sys.argv[1], sys.argv[2], d["bytes"], v, d["cpu_s_per_gb"], ns)
+' "$r" "${labels[$i]}" "$before" "$after" <"$tmp/out" >>"$tmp/raw"
   done
 done
 echo "# hxcomm bench $*, testbed $NET, medians of $RUNS interleaved runs ($start to $(date -u +%H:%M) UTC)"
@@ -87,26 +96,34 @@ python3 - "$tmp/raw" "${labels[@]}" <<'EOF'
 import statistics, sys
 from collections import defaultdict
 raw, labels = sys.argv[1], sys.argv[2:]
-val, cpu, per_run = defaultdict(list), defaultdict(list), defaultdict(dict)
+FAR_NS = 150.0
+val, cpu, per_run, place = defaultdict(list), defaultdict(list), defaultdict(dict), defaultdict(dict)
 lines = open(raw).read().splitlines() if __import__("os").path.exists(raw) else []
 for line in lines:
-    run, label, size, v, c = line.split()
+    run, label, size, v, c, ns = line.split()
     val[(label, int(size))].append(float(v))
     cpu[(label, int(size))].append(float(c))
     per_run[(int(size), run)][label] = float(v)
-def paired(s, a, b):
+    place[(int(size), run)][label] = float(ns) >= FAR_NS
+def paired(s, a, b, same_placement=False):
     # Within each run, then the median: the machine changes speed between runs.
-    v = [d[a] / d[b] for (ss, _), d in per_run.items() if ss == s and a in d and b in d]
-    return statistics.median(v) if v else None
+    v = [d[a] / d[b] for (ss, run), d in per_run.items() if ss == s and a in d and b in d
+         and (not same_placement or place[(ss, run)][a] == place[(ss, run)][b])]
+    return (statistics.median(v) if v else None), len(v)
 sizes = sorted({k[1] for k in val})
-print("\n| size | " + " | ".join(labels) + " | " + " | ".join(f"{l} / {labels[0]}" for l in labels[1:]) + " |")
-print("|---:|" + "---:|" * (2 * len(labels) - 1))
+far = sum(1 for d in place.values() for f in d.values() if f)
+print(f"\njobs in the far placement (a cache line >= {FAR_NS:.0f} ns one way around them): {far} of {sum(len(d) for d in place.values())}")
+print("\n| size | " + " | ".join(labels) + " | " + " | ".join(f"{l} / {labels[0]}" for l in labels[1:])
+      + " | " + " | ".join(f"{l} / {labels[0]}, same placement (runs)" for l in labels[1:]) + " |")
+print("|---:|" + "---:|" * (3 * len(labels) - 2))
 for s in sizes:
     med = {l: statistics.median(val[(l, s)]) if val[(l, s)] else None for l in labels}
     cells = [f"{med[l]:.2f} ({statistics.median(cpu[(l, s)]):.2f}, n={len(val[(l, s)])})" if med[l] else "-" for l in labels]
-    ratios = [f"{x:.3f}" if (x := paired(s, l, labels[0])) else "-" for l in labels[1:]]
+    ratios = [f"{x:.3f}" if (x := paired(s, l, labels[0])[0]) else "-" for l in labels[1:]]
+    same = [f"{x:.3f} ({p[1]})" if (x := (p := paired(s, l, labels[0], True))[0]) else f"- ({p[1]})"
+            for l in labels[1:]]
     name = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1024 else f"{s} B"
-    print(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
-print("\nvalue: median (MB/s, or usec for latency) with CPU-s per GB and the number of runs; X / first: the median of the ratios within each run; raw runs (run variant bytes value CPU-s/GB):")
+    print(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " | " + " | ".join(same) + " |")
+print("\nvalue: median (MB/s, or usec for latency) with CPU-s per GB and the number of runs; X / first: the median of the ratios within each run (same placement: over the runs whose two jobs saw the CPUs alike); raw runs (run variant bytes value CPU-s/GB cache-line-ns):")
 print("\n".join(lines))
 EOF

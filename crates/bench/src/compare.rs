@@ -886,17 +886,21 @@ fn mpi(cx: &Ctx, r: usize, m: &Mpi) -> Result<Vec<parse::MpiLine>, String> {
 
 /// One line per run of `r` unlimited rails: the cache line's time between the CPUs beside every
 /// one-way and two-way figure of that run, so that a slow run can be matched to the placement.
-fn per_run_placement(cx: &Ctx, r: usize) -> Vec<String> {
+fn per_run_placement(
+    probes: &[CacheLineProbe],
+    all: &[Meas],
+    tests: &[Test],
+    r: usize,
+) -> Vec<String> {
     let mut out = Vec::new();
-    for (_, run, line) in cx.cache_line.iter().filter(|c| c.0 == r) {
+    for (_, run, line) in probes.iter().filter(|c| c.0 == r) {
         let line = match line {
             Ok((a, b)) => format!("cache line {a:.0} / {b:.0} ns (before / after)"),
             Err(e) => format!("cache line not measured ({e})"),
         };
         let mut parts = vec![format!("run {}: {line}", run + 1)];
-        for &t in cx.tests.iter().filter(|&&t| t != Test::Latency) {
-            let figs: Vec<String> = cx
-                .all
+        for &t in tests.iter().filter(|&&t| t != Test::Latency) {
+            let figs: Vec<String> = all
                 .iter()
                 .filter(|m| m.rails == r && m.run == *run && m.test == t)
                 .map(|m| {
@@ -1262,7 +1266,7 @@ fn table(cx: &Ctx, r: usize) -> String {
                 .into(),
         );
     }
-    notes.extend(per_run_placement(cx, r));
+    notes.extend(per_run_placement(&cx.cache_line, &cx.all, &cx.tests, r));
     let mut used: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
     for m in cx.all.iter().filter(|m| m.rails == r) {
         if let Some(u) = m.rails_used {
@@ -1310,6 +1314,48 @@ mod tests {
             cpu_per_gb: None,
             rails_used: None,
         }
+    }
+
+    #[test]
+    fn each_run_shows_its_cache_line_beside_its_figures() {
+        let m = |tool: &'static str, policy: &str, t: Test, run: usize, value: f64| Meas {
+            tool,
+            policy: policy.into(),
+            test: t,
+            rails: 4,
+            run,
+            value,
+            cpu_per_gb: None,
+            rails_used: None,
+        };
+        let all = [
+            m("iperf3", "", Test::Bw, 0, 8447.0),
+            m(PLACED_IPERF, "", Test::Bw, 0, 4192.0),
+            m(PAIRED_IPERF, "", Test::Bw, 0, 8472.0),
+            m("hxcomm", "adaptive", Test::Bw, 0, 2233.4),
+            m("hxcomm", "adaptive", Test::Latency, 0, 4.3),
+            // Another rail count's run is not this table's.
+            Meas {
+                rails: 1,
+                ..m("hxcomm", "adaptive", Test::Bw, 0, 1.0)
+            },
+            m("hxcomm", "adaptive", Test::Bw, 1, 7500.0),
+        ];
+        let probes = vec![
+            (4, 0, Ok((32.2, 176.0))),
+            (4, 1, Err("bind to CPU 1: refused".to_string())),
+            (1, 0, Ok((30.0, 30.0))),
+        ];
+        let lines = per_run_placement(&probes, &all, &[Test::Bw, Test::Latency], 4);
+        assert_eq!(
+            lines,
+            [
+                "run 1: cache line 32 / 176 ns (before / after); bw MB/s: iperf3 free 8447, \
+                 crossing 4192, paired 8472, hxcomm [adaptive] 2233",
+                "run 2: cache line not measured (bind to CPU 1: refused); bw MB/s: hxcomm \
+                 [adaptive] 7500",
+            ]
+        );
     }
 
     #[test]
