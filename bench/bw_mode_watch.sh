@@ -27,9 +27,10 @@ NAME=bm
 command -v iperf3 >/dev/null || { echo "needs iperf3" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "bench/bw_mode_watch.sh: needs root (network namespaces)" >&2; exit 1; }
 out=$(mktemp -d /tmp/bw_mode_watch.XXXXXX)
-servers=()
+# shellcheck source=bench/iperf_rails.sh
+. bench/iperf_rails.sh
 cleanup() {
-  for p in "${servers[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${IPERF_SERVERS[@]}"; do kill "$p" 2>/dev/null || true; done
   "$H" net down --name $NAME >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -42,39 +43,7 @@ flock 9
 rails=$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])["hosts"][0]["rails"]))' \
   "$("$H" net status --name $NAME --json)")
 cl() { "$out/clpp" 200000 1 1 | sed -n 's/.*median_oneway_ns=\([0-9.]*\).*/\1/p'; }
-# iperf3 over every rail at once; $1 = free, crossing or paired; prints the summed received MB/s.
-iperf() {
-  local mode=$1 clients=() cpu_c=() cpu_s=() len=()
-  [ -n "$LEN" ] && len=(-l "$LEN")
-  [ "$mode" = crossing ] && cpu_c=(taskset -c 0) && cpu_s=(taskset -c 1)
-  servers=()
-  for k in $(seq 0 $((rails - 1))); do
-    [ "$mode" = paired ] && cpu_c=(taskset -c $((k % 2))) && cpu_s=(taskset -c $((k % 2)))
-    ip netns exec ${NAME}1 "${cpu_s[@]}" iperf3 -s -1 -p $((5400 + k)) -B 10.10.$k.2 \
-      >/dev/null 2>&1 &
-    servers+=($!)
-  done
-  sleep 0.3
-  for k in $(seq 0 $((rails - 1))); do
-    [ "$mode" = paired ] && cpu_c=(taskset -c $((k % 2)))
-    ip netns exec ${NAME}0 "${cpu_c[@]}" iperf3 -c 10.10.$k.2 -p $((5400 + k)) -B 10.10.$k.1 \
-      -t "$SECS" "${len[@]}" -C reno -J >"$out/$k.json" 2>/dev/null &
-    clients+=($!)
-  done
-  wait "${clients[@]}" || true
-  sleep 0.2
-  for p in "${servers[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait "${servers[@]}" 2>/dev/null || true
-  python3 - "$out" "$rails" <<'PY'
-import json, sys
-d, n = sys.argv[1], int(sys.argv[2])
-try:
-    print(round(sum(json.load(open(f"{d}/{k}.json"))["end"]["sum_received"]["bits_per_second"]
-                    for k in range(n)) / 8e6))
-except (ValueError, KeyError, OSError):
-    print("nan")
-PY
-}
+iperf() { iperf_rails $NAME "$rails" "$SECS" "$LEN" "$1" "$out" 5400; }
 for r in $(seq 1 "$ROUNDS"); do
   a=$(cl)
   j=$("$H" run -n 2 --net --name $NAME -- "$H" bench bw --sizes "$SIZE:$SIZE" \
@@ -98,7 +67,8 @@ for line in open(sys.argv[1]):
     r, a, b, hx, free, crossing, paired = line.split()
     ba, bb = bucket(float(a)), bucket(float(b))
     key = ba if ba == bb else "changed during the round"
-    groups.setdefault(key, []).append((float(hx), float(free), float(crossing), float(paired)))
+    num = lambda x: float("nan") if x == "failed" else float(x)
+    groups.setdefault(key, []).append(tuple(num(x) for x in (hx, free, crossing, paired)))
 print("\n| cache line one way (before and after) | rounds | hxcomm MB/s, median [range] "
       "| iperf3 free | iperf3 crossing | iperf3 paired | hxcomm / free | hxcomm / crossing |")
 print("|---|---:|---|---|---|---|---:|---:|")

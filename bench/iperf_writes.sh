@@ -22,9 +22,10 @@ command -v iperf3 >/dev/null || { echo "needs iperf3" >&2; exit 1; }
 exec 9>/tmp/hxcomm-bench.lock
 flock 9
 tmp=$(mktemp -d /tmp/iperf_writes.XXXXXX)
-servers=()
+# shellcheck source=bench/iperf_rails.sh
+. bench/iperf_rails.sh
 cleanup() {
-  for p in "${servers[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${IPERF_SERVERS[@]}"; do kill "$p" 2>/dev/null || true; done
   "$B" net down --name $NAME >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -32,37 +33,9 @@ trap cleanup EXIT
 "$B" net up --name $NAME --hosts 2 $NET >/dev/null
 rails=$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])["hosts"][0]["rails"]))' \
   "$("$B" net status --name $NAME --json)")
-run() {
-  local len=$1 clients=()
-  servers=()
-  for k in $(seq 0 $((rails - 1))); do
-    ip netns exec ${NAME}1 iperf3 -s -1 -p $((5300 + k)) -B 10.10.$k.2 >/dev/null 2>&1 &
-    servers+=($!)
-  done
-  sleep 0.3
-  for k in $(seq 0 $((rails - 1))); do
-    ip netns exec ${NAME}0 iperf3 -c 10.10.$k.2 -p $((5300 + k)) -B 10.10.$k.1 -t "$SECS" \
-      -l "$len" -C reno -J >"$tmp/$k.json" 2>/dev/null &
-    clients+=($!)
-  done
-  wait "${clients[@]}" || true
-  # A client that failed (a write size iperf3 refuses) leaves its one-shot server waiting.
-  sleep 0.2
-  for p in "${servers[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait "${servers[@]}" 2>/dev/null || true
-  python3 - "$tmp" "$rails" <<'PY'
-import json, sys
-tmp, rails = sys.argv[1], int(sys.argv[2])
-try:
-    print(round(sum(json.load(open(f"{tmp}/{k}.json"))["end"]["sum_received"]["bits_per_second"]
-                    for k in range(rails)) / 8e6))
-except (ValueError, KeyError, OSError):
-    print("failed")
-PY
-}
 echo "# iperf3 over $rails rails ($NET), ${SECS} s, MB/s per round"
 for r in $(seq 1 "$ROUNDS"); do
   line="$r"
-  for len in $LENS; do line="$line -l $len: $(run "$len")"; done
+  for len in $LENS; do line="$line -l $len: $(iperf_rails $NAME "$rails" "$SECS" "$len" free "$tmp" 5300)"; done
   echo "$line"
 done

@@ -307,8 +307,42 @@ pub fn judge_runs(
     }
 }
 
+/// One policy's runs at a size and a second figure per run.
+type RunsWith<'a> = (&'a [f64], &'a [f64]);
+
 /// One policy's runs at a size and the floor of each (`hxcomm bench ... --floor`).
-pub type Floored<'a> = (&'a [f64], &'a [f64]);
+pub type Floored<'a> = RunsWith<'a>;
+
+/// One policy's runs at a size and, per run, a cache line's one-way time (ns) between the
+/// CPUs around its job.
+pub type Placed<'a> = RunsWith<'a>;
+
+/// The number of runs when adaptive and every fixed policy have as many (more than none), each
+/// with its second figure per run (a floor, a placement); None otherwise.
+fn runs_in_step(adaptive: RunsWith, fixed: &[(&str, RunsWith)]) -> Option<usize> {
+    let n = adaptive.0.len();
+    let complete = |(runs, per_run): RunsWith| runs.len() == n && per_run.len() == n;
+    (n > 0 && complete(adaptive) && fixed.iter().all(|&(_, f)| complete(f))).then_some(n)
+}
+
+/// The ratio adaptive compares worst with over the fixed policies, each the median of the
+/// ratios `ratios` gives from that policy's runs and second figures; None when one has none.
+fn worst_ratio<'a>(
+    fixed: &[(&str, RunsWith<'a>)],
+    better: Better,
+    mut ratios: impl FnMut(&'a [f64], &'a [f64]) -> Vec<f64>,
+) -> Option<f64> {
+    let mut worst: Option<f64> = None;
+    for &(_, (b_runs, b_per_run)) in fixed {
+        let r = median(ratios(b_runs, b_per_run))?;
+        worst = Some(match (worst, better) {
+            (None, _) => r,
+            (Some(w), Better::Lower) => w.max(r),
+            (Some(w), Better::Higher) => w.min(r),
+        });
+    }
+    worst
+}
 
 /// For a miss: whether the plain TCP floors of the same jobs explain it ([`Machine`]). Each
 /// run of adaptive is corrected by its floor against the fixed policy's floor of the same run,
@@ -322,28 +356,16 @@ pub fn placed_in_machine(
     better: Better,
 ) -> Option<Machine> {
     let (a_runs, a_floors) = adaptive;
-    let n = a_runs.len();
-    let complete = |(runs, floors): Floored| n > 0 && runs.len() == n && floors.len() == n;
-    if !complete(adaptive) || !fixed.iter().all(|&(_, f)| complete(f)) {
-        return None;
-    }
-    let mut worst: Option<f64> = None;
-    for &(_, (b_runs, b_floors)) in fixed {
-        let ratios: Vec<f64> = (0..n)
+    let n = runs_in_step(adaptive, fixed)?;
+    let corrected_ratio = worst_ratio(fixed, better, |b_runs, b_floors| {
+        (0..n)
             .filter(|&i| b_runs[i] > 0.0 && a_floors[i] > 0.0 && b_floors[i] > 0.0)
             .map(|i| match better {
                 Better::Lower => (a_runs[i] - (a_floors[i] - b_floors[i])) / b_runs[i],
                 Better::Higher => (a_runs[i] / a_floors[i]) / (b_runs[i] / b_floors[i]),
             })
-            .collect();
-        let r = median(ratios)?;
-        worst = Some(match (worst, better) {
-            (None, _) => r,
-            (Some(w), Better::Lower) => w.max(r),
-            (Some(w), Better::Higher) => w.min(r),
-        });
-    }
-    let corrected_ratio = worst?;
+            .collect()
+    })?;
     if within(better, corrected_ratio, 1.0) != Status::Ok {
         return None;
     }
@@ -355,10 +377,6 @@ pub fn placed_in_machine(
         basis: Basis::Floors,
     })
 }
-
-/// One policy's runs at a size and, per run, a cache line's one-way time (ns) between the
-/// CPUs around its job.
-pub type Placed<'a> = (&'a [f64], &'a [f64]);
 
 /// For a miss on unlimited rails: whether where the VM had put its two CPUs explains it. There
 /// a stream's bytes cross from one CPU to the other, and it moves ~8 GB/s while a cache line
@@ -375,32 +393,20 @@ pub fn placed_by_cpus(
     better: Better,
 ) -> Option<Machine> {
     let (a_runs, a_ns) = adaptive;
-    let n = a_runs.len();
-    let complete = |(runs, ns): Placed| n > 0 && runs.len() == n && ns.len() == n;
-    if !complete(adaptive) || !fixed.iter().all(|&(_, f)| complete(f)) {
-        return None;
-    }
+    let n = runs_in_step(adaptive, fixed)?;
     let far = |ns: f64| ns >= cacheline::FAR_NS;
-    let (mut worst, mut apart, mut fewest): (Option<f64>, bool, usize) = (None, false, n);
-    for &(_, (b_runs, b_ns)) in fixed {
+    let (mut apart, mut fewest) = (false, n);
+    let ratio = worst_ratio(fixed, better, |b_runs, b_ns| {
         let same: Vec<usize> = (0..n).filter(|&i| far(a_ns[i]) == far(b_ns[i])).collect();
         apart |= same.len() < n;
         fewest = fewest.min(same.len());
-        let ratios: Vec<f64> = same
-            .into_iter()
+        same.into_iter()
             .filter(|&i| {
                 usable(Some(a_runs[i])).is_some() && b_runs[i].is_finite() && b_runs[i] > 0.0
             })
             .map(|i| a_runs[i] / b_runs[i])
-            .collect();
-        let r = median(ratios)?;
-        worst = Some(match (worst, better) {
-            (None, _) => r,
-            (Some(w), Better::Lower) => w.max(r),
-            (Some(w), Better::Higher) => w.min(r),
-        });
-    }
-    let ratio = worst?;
+            .collect()
+    })?;
     if !apart || within(better, ratio, 1.0) != Status::Ok {
         return None;
     }
