@@ -6,8 +6,11 @@
 //! `--name` (2 hosts), measures every tool `--runs` times, interleaved, and prints a table of
 //! medians: each hxcomm figure, the raw-TCP figure, hxcomm as a share of raw TCP and of the wire
 //! limit (R x the iperf3 single-rail figure measured in the run, and R x the nominal rate), CPU
-//! seconds per GB against iperf3's, and the MPI figures. The testbed is taken down at the end,
-//! also on error or Ctrl-C, unless `--keep`.
+//! seconds per GB against iperf3's, and the MPI figures. On unlimited rails it also runs iperf3
+//! crossing and paired ([`Placement`]) and a cache line's time between the CPUs before and after
+//! each run, and lists them per run under the table: there the VM's placement of its CPUs, not
+//! the tools, sets much of the one-way figure. The testbed is taken down at the end, also on
+//! error or Ctrl-C, unless `--keep`.
 
 pub(crate) mod parse;
 
