@@ -1,6 +1,6 @@
 //! The time a cache line takes between two CPUs: the probe `hxcomm bench compare` and the
 //! demo run beside their unlimited-rail figures. On this project's VMs a cache line goes from
-//! one vCPU to the other in ~30-50 ns or, for minutes at a time, in ~180-250 ns (where the host
+//! one vCPU to the other in ~30-60 ns or, for minutes at a time, in ~180-250 ns (where the host
 //! puts them), and a stream whose bytes cross between the CPUs (hxcomm's two ranks, iperf3 with
 //! clients and servers apart) moves ~8 GB/s in the first placement and ~2 GB/s in the second
 //! (BENCHMARKS.md, issue 10).
