@@ -500,7 +500,8 @@ fn measure(mode: &Mode, exe: &str, part: &Part) -> Result<Vec<ConfigResult>, Str
 /// more rails that nothing else explains: per rail count (the most first), benchmark, segment
 /// and best fixed policy, the missed sizes' range again, adaptive and that policy in turn (the
 /// order alternating), `runs` times each with [`plan::SECOND_LOOK_FACTOR`] times the
-/// iterations, within `budget` in all.
+/// iterations, within `budget` in all. Where `part` probes the placement, so does every job
+/// here, and the look compares the runs that saw the same ([`verdict::SecondLook::placed`]).
 fn second_look(
     mode: &Mode,
     exe: &str,
@@ -549,10 +550,11 @@ fn second_look(
             sizes.iter().min().unwrap_or(&0),
             sizes.iter().max().unwrap_or(&0)
         );
-        // figures[0]: adaptive's runs, [1]: the best policy's, per size.
-        let mut figures: [Vec<(u64, Vec<f64>)>; 2] = [
-            sizes.iter().map(|&b| (b, vec![])).collect(),
-            sizes.iter().map(|&b| (b, vec![])).collect(),
+        // figures[0]: adaptive's runs, [1]: the best policy's, per size; each run with the
+        // placement its job saw, when the part probes it.
+        let mut figures: [Vec<(u64, LookRuns)>; 2] = [
+            sizes.iter().map(|&b| (b, LookRuns::default())).collect(),
+            sizes.iter().map(|&b| (b, LookRuns::default())).collect(),
         ];
         // A batch is looked at whole or not at all: over the budget, or a job that fails
         // (the second look is extra: the first look's results stand, with a warning).
@@ -570,7 +572,8 @@ fn second_look(
                     whole = false;
                     break 'runs;
                 }
-                let points = match run_segment(mode, exe, policy, rails, bench, &seg, &range) {
+                let job = || run_segment(mode, exe, policy, rails, bench, &seg, &range);
+                let points = match with_placement(part.probe_placement, job) {
                     Ok(p) => p,
                     Err(e) => {
                         eprintln!(
@@ -584,7 +587,8 @@ fn second_look(
                 };
                 for p in points {
                     if let Some(f) = figures[which].iter_mut().find(|f| f.0 == p.bytes) {
-                        f.1.push(p.value);
+                        f.1.values.push(p.value);
+                        f.1.placements.extend(p.placement);
                     }
                 }
             }
@@ -599,15 +603,19 @@ fn second_look(
             .iter_mut()
             .filter(|p| sizes.contains(&p.bytes))
         {
+            let empty = LookRuns::default();
             let runs = |w: usize| {
                 figures[w]
                     .iter()
                     .find(|f| f.0 == p.bytes)
-                    .map_or(&[][..], |f| &f.1[..])
+                    .map_or(&empty, |f| &f.1)
             };
-            p.second_look = verdict::SecondLook::of(
-                runs(0),
-                runs(1),
+            let (a, b) = (runs(0), runs(1));
+            p.second_look = verdict::SecondLook::placed(
+                &a.values,
+                &b.values,
+                &a.placements,
+                &b.placements,
                 plan::SECOND_LOOK_FACTOR,
                 verdict::Better::of(bench),
             );
@@ -632,6 +640,14 @@ fn second_look(
         );
     }
     Ok(())
+}
+
+/// One policy's runs at one size in a second look, and the placement each run's job saw (in
+/// the same order; shorter when a probe failed, and then not used).
+#[derive(Default)]
+struct LookRuns {
+    values: Vec<f64>,
+    placements: Vec<f64>,
 }
 
 /// `job`'s points, with (when `probe`) a cache line's one-way time between the first two CPUs

@@ -106,20 +106,83 @@ pub struct SecondLook {
     /// Medians of the runs.
     pub adaptive: f64,
     pub best: f64,
-    /// adaptive / best: the median of the ratios within the runs.
+    /// adaptive / best: the median of the ratios within the runs (with [`LookPlacement`], of
+    /// the runs in which both jobs saw the same placement, when there is one).
     pub ratio: f64,
     pub status: Status,
+    pub placement: Option<LookPlacement>,
+}
+
+/// Where the VM had put its two CPUs around each job of a second look on unlimited rails (a
+/// cache line's one-way time, ns, per run in run order), and how many of its runs saw adaptive
+/// and the best policy in the same placement (both below [`cacheline::FAR_NS`] or both at or
+/// above it): the only runs the look's ratio compares, as the first look's
+/// [`placed_by_cpus`] does, unless there is none.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LookPlacement {
+    pub adaptive_ns: Vec<f64>,
+    pub best_ns: Vec<f64>,
+    pub same: usize,
 }
 
 impl SecondLook {
     /// From the runs of adaptive and of the best fixed policy, in run order (pairs with a
     /// figure on both sides; None without one).
     pub fn of(adaptive: &[f64], best: &[f64], factor: u32, better: Better) -> Option<SecondLook> {
-        let pairs: Vec<(f64, f64)> = adaptive
+        let all: Vec<usize> = (0..adaptive.len().min(best.len())).collect();
+        Self::over(adaptive, best, &all, factor, better)
+    }
+
+    /// As [`SecondLook::of`], each run with the placement its job saw (`adaptive_ns[i]`,
+    /// `best_ns[i]`): the ratio over the runs in the same placement, or over every run when no
+    /// run shares one (the look then says so with `same` 0). Without a placement for every
+    /// run, as [`SecondLook::of`].
+    pub fn placed(
+        adaptive: &[f64],
+        best: &[f64],
+        adaptive_ns: &[f64],
+        best_ns: &[f64],
+        factor: u32,
+        better: Better,
+    ) -> Option<SecondLook> {
+        let n = adaptive.len().min(best.len());
+        if adaptive_ns.len() != n || best_ns.len() != n {
+            return Self::of(adaptive, best, factor, better);
+        }
+        let far = |ns: f64| ns >= cacheline::FAR_NS;
+        let same: Vec<usize> = (0..n)
+            .filter(|&i| far(adaptive_ns[i]) == far(best_ns[i]))
+            .collect();
+        let (mut look, same) = match Self::over(adaptive, best, &same, factor, better) {
+            Some(l) => {
+                let runs = l.runs;
+                (l, runs)
+            }
+            None => {
+                let all: Vec<usize> = (0..n).collect();
+                (Self::over(adaptive, best, &all, factor, better)?, 0)
+            }
+        };
+        look.placement = Some(LookPlacement {
+            adaptive_ns: adaptive_ns.to_vec(),
+            best_ns: best_ns.to_vec(),
+            same,
+        });
+        Some(look)
+    }
+
+    /// Over the runs `runs` (indices into both), those with a figure on both sides.
+    fn over(
+        adaptive: &[f64],
+        best: &[f64],
+        runs: &[usize],
+        factor: u32,
+        better: Better,
+    ) -> Option<SecondLook> {
+        let pairs: Vec<(f64, f64)> = runs
             .iter()
-            .zip(best)
-            .filter(|&(&a, &b)| usable(Some(a)).is_some() && b.is_finite() && b > 0.0)
-            .map(|(&a, &b)| (a, b))
+            .map(|&i| (adaptive[i], best[i]))
+            .filter(|&(a, b)| usable(Some(a)).is_some() && b.is_finite() && b > 0.0)
             .collect();
         let ratio = median(pairs.iter().map(|(a, b)| a / b).collect())?;
         Some(SecondLook {
@@ -129,6 +192,7 @@ impl SecondLook {
             best: median(pairs.iter().map(|p| p.1).collect())?,
             ratio,
             status: within(better, ratio, 1.0),
+            placement: None,
         })
     }
 }
@@ -601,18 +665,31 @@ pub fn describe(p: &PointVerdict) -> String {
                 ),
                 })
                 + &p.second_look.as_ref().map_or(String::new(), |l| {
+                    let placed = l.placement.as_ref().map_or(String::new(), |pl| {
+                        let over = match pl.same {
+                            0 => "no run in the same placement, every run counted".to_string(),
+                            n => format!("{n} in the same placement"),
+                        };
+                        format!(
+                            ", a cache line {} ns around adaptive's runs, {} around {}'s: {over}",
+                            ns_list(&pl.adaptive_ns),
+                            ns_list(&pl.best_ns),
+                            p.best_policy.as_deref().unwrap_or("-"),
+                        )
+                    });
+                    let verdict = if l.status == Status::Ok {
+                        "not reproduced"
+                    } else {
+                        "reproduced"
+                    };
                     format!(
-                        " [second look, {} runs of {}x the iterations: {} vs {}, {:.2}: {}]",
+                        " [second look, {} runs of {}x the iterations{placed}: {} vs {}, \
+                         {:.2}: {verdict}]",
                         l.runs,
                         l.factor,
                         fig(l.adaptive),
                         fig(l.best),
                         l.ratio,
-                        if l.status == Status::Ok {
-                            "not reproduced"
-                        } else {
-                            "reproduced"
-                        }
                     )
                 })
         }
@@ -936,6 +1013,9 @@ pub fn to_json(groups: &[Group], bars: &[Bar]) -> Value {
                     "best": l.best,
                     "ratio": (l.ratio * 1e4).round() / 1e4,
                     "verdict": l.status.name(),
+                    "adaptive_cache_line_ns": l.placement.as_ref().map(|pl| &pl.adaptive_ns),
+                    "best_cache_line_ns": l.placement.as_ref().map(|pl| &pl.best_ns),
+                    "same_placement_runs": l.placement.as_ref().map(|pl| pl.same),
                 })),
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
@@ -1516,6 +1596,67 @@ mod tests {
         assert_eq!((l.runs, l.status), (2, Status::Ok));
         assert!(SecondLook::of(&[], &[1.0], 4, Better::Lower).is_none());
         assert!(SecondLook::of(&[1.0], &[0.0], 4, Better::Higher).is_none());
+    }
+
+    #[test]
+    fn a_second_look_on_unlimited_rails_compares_runs_in_the_same_placement() {
+        let near = 50.0;
+        let far = 230.0;
+        // Adaptive's first two jobs ran with the CPUs far apart: over every run a miss (0.26),
+        // over the one run both saw near, ok.
+        let (a, b) = ([2000.0, 2100.0, 8000.0], [8000.0, 8000.0, 8000.0]);
+        assert_eq!(
+            SecondLook::of(&a, &b, 4, Better::Higher).unwrap().status,
+            Status::Miss
+        );
+        let l =
+            SecondLook::placed(&a, &b, &[far, far, near], &[near; 3], 4, Better::Higher).unwrap();
+        assert_eq!((l.runs, l.status, l.ratio), (1, Status::Ok, 1.0));
+        assert_eq!(l.placement.as_ref().unwrap().same, 1);
+        // Far on both sides is the same placement too.
+        let l = SecondLook::placed(
+            &a,
+            &b,
+            &[far, far, near],
+            &[far, near, near],
+            4,
+            Better::Higher,
+        )
+        .unwrap();
+        assert_eq!((l.runs, l.status), (2, Status::Miss));
+        // No run in the same placement: every run counts, and the look says so.
+        let l = SecondLook::placed(&a[..1], &b[..1], &[far], &[near], 4, Better::Higher).unwrap();
+        assert_eq!(
+            (l.runs, l.status, l.placement.unwrap().same),
+            (1, Status::Miss, 0)
+        );
+        // A probe that failed (a placement missing): as without placements.
+        let l = SecondLook::placed(&a, &b, &[far, near], &[near; 3], 4, Better::Higher).unwrap();
+        assert_eq!((l.runs, l.status, l.placement), (3, Status::Miss, None));
+
+        let configs = vec![
+            cfg("bind", 4, &[(1, 8000.0)], &[]),
+            cfg("rr", 4, &[(1, 8000.0)], &[]),
+            cfg("stripe", 4, &[(1, 8000.0)], &[]),
+            cfg("adaptive", 4, &[(1, 2000.0)], &[]),
+        ];
+        let mut g = groups("unlimited", &configs, &[Bench::Bw]);
+        g[0].points[0].second_look =
+            SecondLook::placed(&a, &b, &[far, far, near], &[near; 3], 4, Better::Higher);
+        let text = format_text(&g);
+        assert!(
+            text.contains(
+                "[second look, 1 runs of 4x the iterations, a cache line 230/230/50 ns \
+                           around adaptive's runs, 50/50/50 around bind's: 1 in the same \
+                           placement: 8000.0 vs 8000.0, 1.00: not reproduced]"
+            ),
+            "{text}"
+        );
+        let j = to_json(&g, &[]);
+        let look = &j["groups"][0]["points"][0]["second_look"];
+        assert_eq!(look["same_placement_runs"], 1);
+        assert_eq!(look["adaptive_cache_line_ns"], json!([far, far, near]));
+        assert_eq!(look["verdict"], "ok");
     }
 
     #[test]
