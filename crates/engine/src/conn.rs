@@ -549,7 +549,7 @@ impl Engine {
         mine: bool,
     ) -> Result<(), Error> {
         tcp::tune(&s, &self.rail_opts).map_err(io_err("rail socket options"))?;
-        self.fix_send_buffer(&s);
+        self.fix_buffers(&s);
         // A new socket starts with the latency algorithm (it switches to the bulk one when it
         // fills: Engine::tune_congestion).
         if let Some(cc) = self.latency_cc.clone() {
@@ -591,32 +591,37 @@ impl Engine {
         self.install_link(peer, rail, Box::new(TcpLink::new(s, label)), mine)
     }
 
-    /// Gives a rail socket the send buffer HX_SNDBUF asks for; says once when the kernel gave
-    /// less (net.core.wmem_max), since that costs bandwidth where the CPU is the limit.
-    fn fix_send_buffer(&mut self, s: &TcpStream) {
-        let want = self.settings.send_buffer;
-        if want == 0 {
-            return;
-        }
-        match tcp::set_send_buffer(s.as_raw_fd(), want) {
-            Ok(got) if got >= 2 * want as usize => {}
-            Ok(got) if !self.send_buffer_warned => {
-                self.send_buffer_warned = true;
-                warn!(
-                    "hxcomm {}: HX_SNDBUF={want}: rail sockets got a {got}-byte send buffer \
-                     (net.core.wmem_max caps it; raise that, or set HX_SNDBUF=0 to leave \
-                     the sizing to the kernel)",
-                    self.whoami()
-                );
+    /// Gives a rail socket the send and receive buffers HX_SNDBUF and HX_RCVBUF ask for; says
+    /// once per buffer when the kernel gave less (net.core.{w,r}mem_max), since that costs
+    /// bandwidth where the CPU is the limit.
+    fn fix_buffers(&mut self, s: &TcpStream) {
+        for (which, var, want) in [
+            (tcp::Buffer::Send, "HX_SNDBUF", self.settings.send_buffer),
+            (
+                tcp::Buffer::Receive,
+                "HX_RCVBUF",
+                self.settings.receive_buffer,
+            ),
+        ] {
+            if want == 0 {
+                continue;
             }
-            Err(e) if !self.send_buffer_warned => {
-                self.send_buffer_warned = true;
-                warn!(
-                    "hxcomm {}: HX_SNDBUF: rail sockets keep the kernel's sizing (SO_SNDBUF: {e})",
-                    self.whoami()
-                );
+            let warned = match which {
+                tcp::Buffer::Send => &mut self.send_buffer_warned,
+                tcp::Buffer::Receive => &mut self.receive_buffer_warned,
+            };
+            let said = match tcp::set_buffer(s.as_raw_fd(), which, want) {
+                Ok(got) if got >= 2 * want as usize => continue,
+                Ok(got) => format!(
+                    "{var}={want}: rail sockets got a {got}-byte buffer ({} caps it; raise \
+                     that, or set {var}=0 to leave the sizing to the kernel)",
+                    which.cap_sysctl()
+                ),
+                Err(e) => format!("{var}: rail sockets keep the kernel's sizing ({e})"),
+            };
+            if !std::mem::replace(warned, true) {
+                warn!("hxcomm {}: {said}", self.whoami());
             }
-            _ => {}
         }
     }
 

@@ -169,6 +169,8 @@ pub struct Engine {
     pub(crate) latency_cc: Option<String>,
     /// A rail socket got a smaller send buffer than HX_SNDBUF (said once).
     pub(crate) send_buffer_warned: bool,
+    /// A rail socket got a smaller receive buffer than HX_RCVBUF (said once).
+    pub(crate) receive_buffer_warned: bool,
     /// Socket rails whose TCP_NOTSENT_LOWAT is raised for bulk data ([`tune_lowat`](Self::tune_lowat)).
     pub(crate) raised_lowat: usize,
     /// The engine sleeps in epoll while bulk data comes and goes (rather than spinning): socket
@@ -367,6 +369,7 @@ impl Engine {
             shm_in: Vec::new(),
             ptracer_set: false,
             send_buffer_warned: false,
+            receive_buffer_warned: false,
             secret,
             bootstrap: None,
             rail_opts: RailOptions {
@@ -510,6 +513,12 @@ impl Engine {
     /// what was asked): see HX_SNDBUF.
     pub fn rail_send_buffers(&self, peer: Rank) -> Vec<Option<usize>> {
         self.rail_sockets(peer, tcp::send_buffer)
+    }
+
+    /// Each TCP rail socket's receive buffer from `peer` (SO_RCVBUF as the kernel reports it):
+    /// see HX_RCVBUF.
+    pub fn rail_receive_buffers(&self, peer: Rank) -> Vec<Option<usize>> {
+        self.rail_sockets(peer, tcp::receive_buffer)
     }
 
     /// `ask` of each rail socket to `peer` (None: not connected, not a TCP socket, or `ask`

@@ -89,6 +89,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "send buffer of a TCP rail socket (SO_SNDBUF, which the kernel doubles; capped by net.core.wmem_max unless the process has CAP_NET_ADMIN); 0: the kernel sizes it. Where the CPU is the limit, data kept longer goes cold in the cache: both ways over unlimited rails 1.14-1.23x the kernel's sizing",
     ),
     (
+        "RCVBUF",
+        "0",
+        "receive buffer of a TCP rail socket (SO_RCVBUF, which the kernel doubles; capped by net.core.rmem_max unless the process has CAP_NET_ADMIN); 0: the kernel sizes it (autotuning). Where the CPU is the limit and a rank only receives, 512k-2m keeps unread data warm in the cache: one way over unlimited rails 1.05-1.14x, both ways 0.84-0.95x the kernel's sizing",
+    ),
+    (
         "TCP_CONGESTION",
         "reno",
         "TCP congestion control of rail sockets (system: the kernel's default, and no switching); reno neither paces nor leaves slow start early: over unlimited rails BBR's pacing cut bulk to 1.2 GB/s in 6 of 9 runs (reno 7.7-8.7), cubic's HyStart made 32 KiB messages 1.2-1.3x slower",

@@ -34,6 +34,13 @@ pub struct Settings {
     /// copied out: both ways over unlimited rails, 768 KiB carried 1.14-1.23x as much from
     /// 128 KiB messages up (BENCHMARKS.md, "Rail send buffers").
     pub send_buffer: u32,
+    /// HX_RCVBUF: each TCP rail socket's receive buffer (SO_RCVBUF; 0, the default: the kernel
+    /// sizes it). Where the CPU is the limit and a rank only receives, the kernel's sizing (up
+    /// to tcp_rmem's maximum, 32 MiB here) lets unread data queue up and go cold in the cache;
+    /// a fixed 512 KiB-2 MiB carried 1.05-1.14x as much one way over 4 unlimited rails, but
+    /// both ways 0.84-0.95x, so it is a knob, not the default (BENCHMARKS.md, "Rail receive
+    /// buffers").
+    pub receive_buffer: u32,
     /// HX_TCP_CONGESTION: TCP congestion control of rail sockets (default `reno`; None, from
     /// `system`, keeps the kernel's default). Reno because it neither paces (BBR's start leaves
     /// a socket paced by TCP for good, and a paced bulk rail fell to 1.2 GB/s in 6 of 9 runs
@@ -172,6 +179,7 @@ impl Settings {
             bulk_wait: Duration::from_micros(num(var, "HX_BULK_WAIT_US", 1000u64)?),
             notsent_lowat: size(var, "HX_NOTSENT_LOWAT", 128 * 1024)? as u32,
             send_buffer: size(var, "HX_SNDBUF", 768 * 1024)?.min(i32::MAX as usize / 2) as u32,
+            receive_buffer: size(var, "HX_RCVBUF", 0)?.min(i32::MAX as usize / 2) as u32,
             tcp_congestion: tcp_congestion(var, "HX_TCP_CONGESTION", "reno")?,
             tcp_congestion_latency: match tcp_congestion(var, "HX_TCP_CONGESTION", "reno")? {
                 None => None,
@@ -367,16 +375,21 @@ mod tests {
     }
 
     #[test]
-    fn send_buffer_is_a_size_and_0_leaves_it_to_the_kernel() {
-        let sndbuf = |v: &str| {
-            Settings::from_lookup(&|n: &str| (n == "HX_SNDBUF").then(|| v.to_string()))
-                .map(|s| s.send_buffer)
+    fn socket_buffers_are_sizes_and_0_leaves_them_to_the_kernel() {
+        let get = |name: &'static str, v: &str| {
+            let v = v.to_string();
+            Settings::from_lookup(&move |n: &str| (n == name).then(|| v.clone()))
+                .map(|s| (s.send_buffer, s.receive_buffer))
         };
-        assert_eq!(sndbuf("").unwrap(), 768 * 1024);
-        assert_eq!(sndbuf("0").unwrap(), 0);
-        assert_eq!(sndbuf("1m").unwrap(), 1 << 20);
-        let e = sndbuf("lots").unwrap_err().to_string();
-        assert!(e.contains("HX_SNDBUF=lots"), "{e}");
+        assert_eq!(get("HX_SNDBUF", "").unwrap(), (768 * 1024, 0));
+        assert_eq!(get("HX_SNDBUF", "0").unwrap().0, 0);
+        assert_eq!(get("HX_SNDBUF", "1m").unwrap().0, 1 << 20);
+        assert_eq!(get("HX_RCVBUF", "512k").unwrap(), (768 * 1024, 512 * 1024));
+        assert_eq!(get("HX_RCVBUF", "0").unwrap().1, 0);
+        for name in ["HX_SNDBUF", "HX_RCVBUF"] {
+            let e = get(name, "lots").unwrap_err().to_string();
+            assert!(e.contains(&format!("{name}=lots")), "{e}");
+        }
     }
 
     #[test]

@@ -494,18 +494,35 @@ fn rail_rate_paces_every_rail_socket_just_above_it() {
 }
 
 #[test]
-fn send_buffer_setting_fixes_every_rail_sockets_buffer() {
-    // 96 KiB: below the default net.core.wmem_max, so no privilege needed; 0: the kernel's.
-    for (bytes, want) in [(96 * 1024u32, Some(192 * 1024usize)), (0, None)] {
+fn buffer_settings_fix_every_rail_sockets_buffers() {
+    // 96 and 80 KiB: below the default net.core.{w,r}mem_max, so no privilege needed; 0: the
+    // kernel's.
+    for (sndbuf, rcvbuf, want) in [
+        (
+            96 * 1024u32,
+            80 * 1024u32,
+            Some((192 * 1024usize, 160 * 1024usize)),
+        ),
+        (0, 0, None),
+    ] {
         let mut s = settings(false, 2);
-        s.send_buffer = bytes;
+        s.send_buffer = sndbuf;
+        s.receive_buffer = rcvbuf;
         after_4_mib(s, move |e, peer| {
-            let got: Vec<usize> = e.rail_send_buffers(peer).into_iter().flatten().collect();
-            assert!(!got.is_empty(), "no rail connected");
+            let snd: Vec<usize> = e.rail_send_buffers(peer).into_iter().flatten().collect();
+            let rcv: Vec<usize> = e.rail_receive_buffers(peer).into_iter().flatten().collect();
+            assert!(!snd.is_empty() && !rcv.is_empty(), "no rail connected");
             match want {
-                Some(w) => assert!(got.iter().all(|&g| g == w), "{bytes}: {got:?}"),
-                // Left to the kernel, the buffers grow with the 4 MiB just sent.
-                None => assert!(got.iter().any(|&g| g > 192 * 1024), "{got:?}"),
+                Some((ws, wr)) => {
+                    assert!(snd.iter().all(|&g| g == ws), "{sndbuf}: {snd:?}");
+                    assert!(rcv.iter().all(|&g| g == wr), "{rcvbuf}: {rcv:?}");
+                }
+                // Left to the kernel: the send buffers grow with the 4 MiB just sent, the
+                // receive buffers start at tcp_rmem's default and grow or not.
+                None => assert!(
+                    snd.iter().any(|&g| g > 192 * 1024) && rcv.iter().all(|&g| g != 160 * 1024),
+                    "{snd:?} {rcv:?}"
+                ),
             }
         });
     }

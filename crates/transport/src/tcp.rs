@@ -168,26 +168,59 @@ pub fn max_pacing_rate(fd: RawFd) -> io::Result<u64> {
     })
 }
 
-/// Fixes a socket's send buffer at `bytes` (SO_SNDBUF; the kernel doubles it for its own
-/// bookkeeping and stops sizing it by itself) and returns what the socket got, doubled as the
-/// kernel reports it. The kernel caps SO_SNDBUF at net.core.wmem_max; a process allowed to
-/// (CAP_NET_ADMIN) passes the cap with SO_SNDBUFFORCE, others get the cap.
-pub fn set_send_buffer(fd: RawFd, bytes: u32) -> io::Result<usize> {
-    set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes)?;
-    let got = send_buffer(fd)?;
+/// A socket buffer the kernel sizes by itself unless told (SO_SNDBUF, SO_RCVBUF).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffer {
+    Send,
+    Receive,
+}
+
+impl Buffer {
+    /// The option, the one that passes net.core.{w,r}mem_max, and the sysctl that caps it.
+    fn options(self) -> (libc::c_int, libc::c_int, &'static str) {
+        match self {
+            Buffer::Send => (libc::SO_SNDBUF, libc::SO_SNDBUFFORCE, "net.core.wmem_max"),
+            Buffer::Receive => (libc::SO_RCVBUF, libc::SO_RCVBUFFORCE, "net.core.rmem_max"),
+        }
+    }
+
+    /// The sysctl that caps what an unprivileged process may ask for.
+    pub fn cap_sysctl(self) -> &'static str {
+        self.options().2
+    }
+}
+
+/// Fixes a socket's buffer at `bytes` (the kernel doubles it for its own bookkeeping and stops
+/// sizing it by itself) and returns what the socket got, doubled as the kernel reports it. The
+/// kernel caps the size at [`Buffer::cap_sysctl`]; a process allowed to (CAP_NET_ADMIN) passes
+/// the cap with SO_SNDBUFFORCE / SO_RCVBUFFORCE, others get the cap.
+pub fn set_buffer(fd: RawFd, which: Buffer, bytes: u32) -> io::Result<usize> {
+    let (name, force, _) = which.options();
+    set_int(fd, libc::SOL_SOCKET, name, bytes)?;
+    let got = buffer(fd, which)?;
     if got >= 2 * bytes as usize {
         return Ok(got);
     }
-    match set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, bytes) {
-        Ok(()) => send_buffer(fd),
+    match set_int(fd, libc::SOL_SOCKET, force, bytes) {
+        Ok(()) => buffer(fd, which),
         Err(_) => Ok(got),
     }
 }
 
+/// A socket's buffer (doubled, as the kernel reports it).
+pub fn buffer(fd: RawFd, which: Buffer) -> io::Result<usize> {
+    let (v, _) = get_opt::<libc::c_int>(fd, libc::SOL_SOCKET, which.options().0)?;
+    Ok(v.max(0) as usize)
+}
+
 /// A socket's send buffer (SO_SNDBUF, doubled as the kernel reports it).
 pub fn send_buffer(fd: RawFd) -> io::Result<usize> {
-    let (v, _) = get_opt::<libc::c_int>(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)?;
-    Ok(v.max(0) as usize)
+    buffer(fd, Buffer::Send)
+}
+
+/// A socket's receive buffer (SO_RCVBUF, doubled as the kernel reports it).
+pub fn receive_buffer(fd: RawFd) -> io::Result<usize> {
+    buffer(fd, Buffer::Receive)
 }
 
 /// Changes a connected rail socket's TCP_NOTSENT_LOWAT (see [`RailOptions::notsent_lowat`]).
@@ -454,14 +487,23 @@ mod tests {
     use nix::sys::socket::getsockopt;
 
     #[test]
-    fn set_send_buffer_fixes_the_buffer_at_twice_the_bytes() {
+    fn set_buffer_fixes_either_buffer_at_twice_the_bytes() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let fd = c.as_raw_fd();
-        // Below the default net.core.wmem_max (212992): no privilege needed.
-        assert_eq!(set_send_buffer(fd, 96 * 1024).unwrap(), 192 * 1024);
+        // Below the default net.core.{w,r}mem_max (212992): no privilege needed.
+        assert_eq!(set_buffer(fd, Buffer::Send, 96 * 1024).unwrap(), 192 * 1024);
         assert_eq!(send_buffer(fd).unwrap(), 192 * 1024);
-        assert!(set_send_buffer(-1, 96 * 1024).is_err());
+        assert_eq!(
+            set_buffer(fd, Buffer::Receive, 80 * 1024).unwrap(),
+            160 * 1024
+        );
+        assert_eq!(receive_buffer(fd).unwrap(), 160 * 1024);
+        // Each call changes its own buffer only.
+        assert_eq!(send_buffer(fd).unwrap(), 192 * 1024);
+        assert!(set_buffer(-1, Buffer::Send, 96 * 1024).is_err());
+        assert!(set_buffer(-1, Buffer::Receive, 96 * 1024).is_err());
+        assert_eq!(Buffer::Receive.cap_sysctl(), "net.core.rmem_max");
     }
 
     #[test]
