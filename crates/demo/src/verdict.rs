@@ -149,10 +149,7 @@ impl SecondLook {
         if adaptive_ns.len() != n || best_ns.len() != n {
             return Self::of(adaptive, best, factor, better);
         }
-        let far = |ns: f64| ns >= cacheline::FAR_NS;
-        let same: Vec<usize> = (0..n)
-            .filter(|&i| far(adaptive_ns[i]) == far(best_ns[i]))
-            .collect();
+        let same = runs_in_same_placement(adaptive_ns, best_ns, n);
         let (mut look, same) = match Self::over(adaptive, best, &same, factor, better) {
             Some(l) => {
                 let runs = l.runs;
@@ -442,6 +439,13 @@ pub fn placed_in_machine(
     })
 }
 
+/// The runs among the first `n` whose two jobs saw the CPUs in the same placement (cache-line
+/// times both below [`cacheline::FAR_NS`] or both at or above it).
+fn runs_in_same_placement(a_ns: &[f64], b_ns: &[f64], n: usize) -> Vec<usize> {
+    let far = |ns: f64| ns >= cacheline::FAR_NS;
+    (0..n).filter(|&i| far(a_ns[i]) == far(b_ns[i])).collect()
+}
+
 /// For a miss on unlimited rails: whether where the VM had put its two CPUs explains it. There
 /// a stream's bytes cross from one CPU to the other, and it moves ~8 GB/s while a cache line
 /// goes between them in ~30-60 ns and ~2 GB/s while it takes ~180-250 (for minutes at a time,
@@ -458,10 +462,9 @@ pub fn placed_by_cpus(
 ) -> Option<Machine> {
     let (a_runs, a_ns) = adaptive;
     let n = runs_in_step(adaptive, fixed)?;
-    let far = |ns: f64| ns >= cacheline::FAR_NS;
     let (mut apart, mut fewest) = (false, n);
     let ratio = worst_ratio(fixed, better, |b_runs, b_ns| {
-        let same: Vec<usize> = (0..n).filter(|&i| far(a_ns[i]) == far(b_ns[i])).collect();
+        let same = runs_in_same_placement(a_ns, b_ns, n);
         apart |= same.len() < n;
         fewest = fewest.min(same.len());
         same.into_iter()
