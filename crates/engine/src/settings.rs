@@ -37,9 +37,9 @@ pub struct Settings {
     /// HX_RCVBUF: each TCP rail socket's receive buffer (SO_RCVBUF; 0, the default: the kernel
     /// sizes it). Where the CPU is the limit and a rank only receives, the kernel's sizing (up
     /// to tcp_rmem's maximum, 32 MiB here) lets unread data queue up and go cold in the cache;
-    /// a fixed 512 KiB-2 MiB carried 1.05-1.14x as much one way over 4 unlimited rails, but
-    /// both ways 0.84-0.95x, so it is a knob, not the default (BENCHMARKS.md, "Rail receive
-    /// buffers").
+    /// a fixed 512 KiB-2 MiB carried 1.02-1.14x as much one way over 4 unlimited rails (no slow
+    /// runs), but both ways 0.84-0.95x, so it is a knob, not the default (BENCHMARKS.md, "Rail
+    /// receive buffers").
     pub receive_buffer: u32,
     /// HX_TCP_CONGESTION: TCP congestion control of rail sockets (default `reno`; None, from
     /// `system`, keeps the kernel's default). Reno because it neither paces (BBR's start leaves
