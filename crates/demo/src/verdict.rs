@@ -149,16 +149,17 @@ impl SecondLook {
         if adaptive_ns.len() != n || best_ns.len() != n {
             return Self::of(adaptive, best, factor, better);
         }
-        let same = runs_in_same_placement(adaptive_ns, best_ns, n);
-        let (mut look, same) = match Self::over(adaptive, best, &same, factor, better) {
-            Some(l) => {
-                let runs = l.runs;
-                (l, runs)
-            }
-            None => {
-                let all: Vec<usize> = (0..n).collect();
-                (Self::over(adaptive, best, &all, factor, better)?, 0)
-            }
+        let in_same = Self::over(
+            adaptive,
+            best,
+            &runs_in_same_placement(adaptive_ns, best_ns, n),
+            factor,
+            better,
+        );
+        let same = in_same.as_ref().map_or(0, |l| l.runs);
+        let mut look = match in_same {
+            Some(l) => l,
+            None => Self::of(adaptive, best, factor, better)?,
         };
         look.placement = Some(LookPlacement {
             adaptive_ns: adaptive_ns.to_vec(),
