@@ -83,7 +83,7 @@ for s in "${steps[@]}"; do
       run mtl-shm-bw 'median' env RUNS="$RUNS" TEST=bw:4194304:40:4:64 BIND=none bash \
         bench/provider_shm_latency.sh "now:$(dirname "$HXCOMM")" ;;
     demo)
-      run demo '^(Verdicts|  |Bar|bar|[0-9]+ of [0-9]+)' flock $LOCK "$HXCOMM" demo \
+      run demo '^(part|1gbit|unlimited)( |,)' flock $LOCK "$HXCOMM" demo \
         --out "$OUT/demo" ;;
     failover)
       run failover '^(policy|  )' env HXCOMM="$HXCOMM" flock $LOCK bash bench/failover.sh 1
