@@ -6,7 +6,9 @@
 #
 #   sudo RUNS=5 bash bench/provider_shm_latency.sh [label:dir ...]
 #
-# Each dir holds a libhxcomm_fi.so (default: now:target/release). SIZE (default 8) and ITERS
+# Each dir holds a libhxcomm_fi.so (default: now:target/release). Each round starts with a
+# cache-line ping-pong between CPUs 0 and 1 (bench/cacheline_pingpong.c): the ratios are given
+# again per CPU placement. SIZE (default 8) and ITERS
 # (default 50000) set the message; TEST replaces the whole bench/mpi_osu.c test (e.g.
 # TEST=bibw:4194304:20:2:64 BIND=none: two ways, MB/s, as BENCHMARKS.md's "Two ways through
 # the provider" measured it), BIND the ranks' binding (default core). Takes /tmp/hxcomm-bench.lock and /tmp/hxcomm-cargo.lock
@@ -29,7 +31,10 @@ BIND=${BIND:-core}
 field=usec unit=us
 case $test in latency:*) ;; *) field=mb_per_s unit=MB/s ;; esac
 usec() { grep -o "$field=[0-9.]*" | cut -d= -f2; }
+cc -O2 -o "$out/clpp" bench/cacheline_pingpong.c
+cl() { "$out/clpp" 100000 1 1 | sed -n 's/.*median_oneway_ns=\([0-9.]*\).*/\1/p'; }
 for i in $(seq "$RUNS"); do
+  echo "placement $(cl)"
   v=$(mpirun.openmpi -np 2 --bind-to "$BIND" --mca pml ob1 --mca btl vader,self "$out/osu" "$test" 2>/dev/null | usec)
   echo "vader ${v:-nan}"
   for c in "$@"; do
@@ -43,14 +48,30 @@ for i in $(seq "$RUNS"); do
 done | tee "$out/raw.txt" | UNIT=$unit python3 -c '
 import os, statistics, sys
 unit = os.environ["UNIT"]
-runs = {}
+runs, probes = {}, []
 for line in sys.stdin:
     k, v = line.split()
+    if k == "placement":
+        probes.append(float(v) if v else float("nan"))
+        continue
     runs.setdefault(k, []).append(float(v))
 base = statistics.median(runs["vader"])
 for k, v in runs.items():
     m = statistics.median(v)
     per_round = statistics.median(x / y for x, y in zip(v, runs["vader"]))
     print(f"{k:12} median {m:.3f} {unit}  {m / base:.2f}x vader (per round {per_round:.2f}x)  per round: {v}")
+# Where the VM put its two CPUs when each round started (a cache line one way between CPUs 0
+# and 1: ~50 or ~250 ns): vader moves more lines per message than the ring, so the ratio
+# depends on it (BENCHMARKS.md, "Where the bars stand").
+print(f"cache line one way at each round start, ns: {probes}")
+for name, near in (("near (< 150 ns)", True), ("far (>= 150 ns)", False)):
+    idx = [i for i, p in enumerate(probes) if (p < 150) == near]
+    if not idx:
+        continue
+    for k, v in runs.items():
+        if k == "vader":
+            continue
+        r = statistics.median(v[i] / runs["vader"][i] for i in idx)
+        print(f"{k:12} {name}, {len(idx)} rounds: per round {r:.2f}x vader")
 '
 echo "raw output in $out"
