@@ -13,7 +13,8 @@
 #               hxcomm), MPICH; CPU-s per GB                       (issue 8 and issue 10 bars)
 #   unequal     1+1+2+4 Gbit/s one way, hxcomm and Open MPI over hxcomm against the iperf3 sum
 #   latency     8 B over one unlimited rail: hxcomm, sockperf, Open MPI (both ways), MPICH
-#   unlimited   1 and 4 unlimited rails, bw and bibw: hxcomm against iperf3's aggregate
+#   unlimited   1 and 4 unlimited rails, bw and bibw: hxcomm against iperf3's aggregate; then
+#               one way run by run beside each CPU's user, kernel and idle time (oneway_cpu.sh)
 #   fast-links  1 and 4 unlimited rails, 64 KiB-4 MiB, every policy, one way then both ways
 #   shm         same host: hxcomm and Open MPI over hxcomm against vader, latency/bw/bibw/rate
 #               (shm, mtl-shm and failover's Open MPI half use target/release whatever HXCOMM is)
@@ -70,7 +71,8 @@ for s in "${steps[@]}"; do
         --tests latency --runs "$RUNS" --mpi ;;
     unlimited)
       run unlimited "$compare_rows" flock $LOCK "$HXCOMM" bench compare --rails 1,4 --rate none \
-        --tests bw,bibw --runs "$RUNS" ;;
+        --tests bw,bibw --runs "$RUNS" ;
+      run oneway-cpu '^\|' env RUNS=$((RUNS * 2)) HXCOMM="$HXCOMM" bash bench/oneway_cpu.sh ;;
     fast-links)
       run fast-links-bw '^(\||#)' env RUNS="$RUNS" HXCOMM="$HXCOMM" bash bench/fast_links.sh
       run fast-links-bibw '^(\||#)' env RUNS="$RUNS" BENCH=bibw HXCOMM="$HXCOMM" \
