@@ -243,29 +243,16 @@ impl<T> SerialLock<T> {
         self.generation.load(Ordering::Relaxed)
     }
 
+    // Inlined into every call's path (the serial case is a load and two stores); the mutex
+    // and the broken-serialization wait are out of line.
+    #[inline]
     pub fn lock(&self) -> SerialGuard<'_, T> {
         self.lonely.store(0, Ordering::Relaxed);
         if !self.serial {
-            let held = lock(&self.mutex);
-            // Again once held: a holder we waited for may have set it meanwhile.
-            self.lonely.store(0, Ordering::Relaxed);
-            return SerialGuard {
-                lock: self,
-                _held: Some(held),
-            };
+            return self.lock_mutex();
         }
         if self.busy.load(Ordering::Acquire) {
-            if !THREAD_DOMAIN_BROKEN.swap(true, Ordering::Relaxed) {
-                warn(
-                    FI_LOG_DOMAIN,
-                    "two threads called into one FI_THREAD_DOMAIN domain at once: the \
-                     application must serialize its calls, or open the domain with \
-                     FI_THREAD_SAFE",
-                );
-            }
-            while self.busy.load(Ordering::Acquire) {
-                std::thread::yield_now();
-            }
+            self.wait_not_busy();
         }
         self.busy.store(true, Ordering::Relaxed);
         // Serialized callers: a load and a store, no read-modify-write.
@@ -274,6 +261,34 @@ impl<T> SerialLock<T> {
         SerialGuard {
             lock: self,
             _held: None,
+        }
+    }
+}
+
+impl<T> SerialLock<T> {
+    #[inline(never)]
+    fn lock_mutex(&self) -> SerialGuard<'_, T> {
+        let held = lock(&self.mutex);
+        // Again once held: a holder we waited for may have set it meanwhile.
+        self.lonely.store(0, Ordering::Relaxed);
+        SerialGuard {
+            lock: self,
+            _held: Some(held),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wait_not_busy(&self) {
+        if !THREAD_DOMAIN_BROKEN.swap(true, Ordering::Relaxed) {
+            warn(
+                FI_LOG_DOMAIN,
+                "two threads called into one FI_THREAD_DOMAIN domain at once: the application \
+                 must serialize its calls, or open the domain with FI_THREAD_SAFE",
+            );
+        }
+        while self.busy.load(Ordering::Acquire) {
+            std::thread::yield_now();
         }
     }
 }

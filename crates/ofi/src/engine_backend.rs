@@ -29,6 +29,10 @@ use crate::sys::{
 /// Largest message the engine carries (the protocol counts length in 16-byte units of a u32).
 pub const ENGINE_MAX_MSG: usize = u32::MAX as usize * 16;
 
+// Cold and out of line: the formatting it carries kept the hot callers (a send's peer lookup)
+// from being inlined.
+#[cold]
+#[inline(never)]
 fn err(errno: i32, e: impl std::fmt::Display) -> BackendError {
     BackendError::new(errno, e.to_string())
 }
