@@ -1027,8 +1027,9 @@ fn markdown(rows: &[Vec<String>]) -> String {
 }
 
 /// The summary table of `r` rails (and, with `--json`, one summary object per row).
-/// The bars for Open MPI over hxcomm (issue 8): bandwidth >= 99% of iperf3 ([`provider_bw_bar`]:
-/// 95% on unequal rails); on unlimited rails 8-byte latency <= 1.1x hxcomm's own and below Open MPI's btl/tcp.
+/// The bars for Open MPI over hxcomm (issue 8): bandwidth >= 99% of iperf3 (95% on unequal
+/// rails: [`provider_bw_bar`]); on unlimited rails 8-byte latency <= 1.1x hxcomm's own and below
+/// Open MPI's btl/tcp.
 fn provider_verdicts(cx: &Ctx, t: Test, r: usize, hx: Who, prov: &'static str) -> Vec<String> {
     let mut v = Vec::new();
     if t == Test::Latency {

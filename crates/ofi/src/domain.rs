@@ -263,9 +263,7 @@ impl<T> SerialLock<T> {
             _held: None,
         }
     }
-}
 
-impl<T> SerialLock<T> {
     #[inline(never)]
     fn lock_mutex(&self) -> SerialGuard<'_, T> {
         let held = lock(&self.mutex);
