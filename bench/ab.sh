@@ -54,8 +54,9 @@ for i in "${!bins[@]}"; do
   cp "${bins[$i]}" "$tmp/hxcomm.$i"
 done
 H=$tmp/hxcomm.0
-cc -O2 -o "$tmp/clpp" bench/cacheline_pingpong.c
-cl() { "$tmp/clpp" 100000 1 1 | sed -n 's/.*median_oneway_ns=\([0-9.]*\).*/\1/p'; }
+. bench/cacheline.sh
+cacheline_build "$tmp/clpp"
+cl() { cacheline_ns; }
 trap '"$H" net down --name $NAME >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 exec 9>/tmp/hxcomm-bench.lock
 flock 9

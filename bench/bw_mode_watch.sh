@@ -34,7 +34,8 @@ cleanup() {
   "$H" net down --name $NAME >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
-cc -O2 -o "$out/clpp" bench/cacheline_pingpong.c
+. bench/cacheline.sh
+cacheline_build "$out/clpp"
 exec 9>/tmp/hxcomm-bench.lock
 flock 9
 "$H" net down --name $NAME >/dev/null 2>&1 || true
@@ -42,7 +43,7 @@ flock 9
 "$H" net up --name $NAME --hosts 2 $NET >/dev/null
 rails=$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])["hosts"][0]["rails"]))' \
   "$("$H" net status --name $NAME --json)")
-cl() { "$out/clpp" 200000 1 1 | sed -n 's/.*median_oneway_ns=\([0-9.]*\).*/\1/p'; }
+cl() { cacheline_ns 200000; }
 iperf() { iperf_rails $NAME "$rails" "$SECS" "$LEN" "$1" "$out" 5400; }
 for r in $(seq 1 "$ROUNDS"); do
   a=$(cl)

@@ -37,8 +37,9 @@ fi
 [ "${CONTROL:-0}" = 1 ] && POLICIES="$POLICIES control"
 raw=$(mktemp) out=$(mktemp) clpp=$(mktemp)
 trap '"$H" net down --name $NAME >/dev/null 2>&1 || true; rm -f "$raw" "$out" "$clpp"' EXIT
-cc -O2 -o "$clpp" bench/cacheline_pingpong.c
-cl() { "$clpp" 100000 1 1 | sed -n 's/.*median_oneway_ns=\([0-9.]*\).*/\1/p'; }
+. bench/cacheline.sh
+cacheline_build "$clpp"
+cl() { cacheline_ns; }
 
 exec 9>/tmp/hxcomm-bench.lock
 flock 9

@@ -20,7 +20,8 @@ H=$(realpath "${HXCOMM:-target/release/hxcomm}")
 NAME=mw
 out=$(mktemp -d)
 trap '"$H" net down --name $NAME >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
-cc -O2 -o "$out/clpp" bench/cacheline_pingpong.c
+. bench/cacheline.sh
+cacheline_build "$out/clpp"
 exec 9>/tmp/hxcomm-bench.lock
 flock 9
 "$H" net down --name $NAME >/dev/null 2>&1 || true
@@ -28,7 +29,7 @@ flock 9
 "$H" net up --name $NAME --hosts 2 $NET >/dev/null
 n=$(sed -n 's/.*--rails \([0-9][0-9]*\).*/\1/p' <<< "$NET")
 rails=$(seq 0 $((${n:-1} - 1)) | sed 's/^/r/' | paste -sd,)
-cl() { "$out/clpp" 200000 1 1 | sed -n 's/.*median_oneway_ns=\([0-9.]*\).*/\1/p'; }
+cl() { cacheline_ns 200000; }
 end=$((SECONDS + SECS))
 while [ $SECONDS -lt $end ]; do
   a=$(cl)

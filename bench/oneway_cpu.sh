@@ -21,13 +21,14 @@ H=$(realpath "${HXCOMM:-target/release/hxcomm}")
 out=$(mktemp -d /tmp/oneway_cpu.XXXXXX)
 exec 9>/tmp/hxcomm-bench.lock
 flock 9
-cc -O2 -o "$out/clpp" bench/cacheline_pingpong.c
+. bench/cacheline.sh
+cacheline_build "$out/clpp"
 "$H" net up --name oc --hosts 2 --rails "$RAILS" --rate none >/dev/null
 trap '"$H" net down --name oc >/dev/null 2>&1 || true' EXIT
 # user, kernel (system + irq + softirq), idle ticks of CPUs 0 and 1
 ticks() { awk '$1 == "cpu0" || $1 == "cpu1" { print $2 + $3, $4 + $7 + $8, $5 + $6 }' /proc/stat | paste -sd' '; }
 for i in $(seq "$RUNS"); do
-  cl=$("$out/clpp" 100000 1 1 | sed -n 's/.*median_oneway_ns=\([0-9.]*\).*/\1/p')
+  cl=$(cacheline_ns)
   a=$(ticks)
   v=$("$H" run --net --name oc -n 2 -- "$H" bench bw --sizes 4M:4M --iterations "$ITERATIONS" \
     --json 2>"$out/err.$i" | grep -o '"mb_per_s":[0-9.]*' | cut -d: -f2 || true)

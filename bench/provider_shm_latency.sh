@@ -31,8 +31,9 @@ BIND=${BIND:-core}
 field=usec unit=us
 case $test in latency:*) ;; *) field=mb_per_s unit=MB/s ;; esac
 usec() { grep -o "$field=[0-9.]*" | cut -d= -f2; }
-cc -O2 -o "$out/clpp" bench/cacheline_pingpong.c
-cl() { "$out/clpp" 100000 1 1 | sed -n 's/.*median_oneway_ns=\([0-9.]*\).*/\1/p'; }
+. bench/cacheline.sh
+cacheline_build "$out/clpp"
+cl() { cacheline_ns; }
 for i in $(seq "$RUNS"); do
   echo "placement $(cl)"
   v=$(mpirun.openmpi -np 2 --bind-to "$BIND" --mca pml ob1 --mca btl vader,self "$out/osu" "$test" 2>/dev/null | usec)
