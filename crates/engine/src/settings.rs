@@ -38,8 +38,9 @@ pub struct Settings {
     /// sizes it). Where the CPU is the limit and a rank only receives, the kernel's sizing (up
     /// to tcp_rmem's maximum, 32 MiB here) lets unread data queue up and go cold in the cache;
     /// a fixed 512 KiB-2 MiB carried 1.02-1.14x as much one way over 4 unlimited rails (no slow
-    /// runs), but both ways 0.84-0.95x, so it is a knob, not the default (BENCHMARKS.md, "Rail
-    /// receive buffers").
+    /// runs) in two sets, but 0.89-0.99x with slow runs of its own in a third, and both ways
+    /// 0.84-0.95x, so it is a knob, not the default (BENCHMARKS.md, "Rail receive buffers",
+    /// "Where the bars stand").
     pub receive_buffer: u32,
     /// HX_TCP_CONGESTION: TCP congestion control of rail sockets (default `reno`; None, from
     /// `system`, keeps the kernel's default). Reno because it neither paces (BBR's start leaves
