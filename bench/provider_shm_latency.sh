@@ -4,9 +4,11 @@
 # both ranks pinned (--bind-to core); medians and per-round figures (BENCHMARKS.md, "Through
 # Open MPI and the provider again").
 #
-#   sudo RUNS=5 bash bench/provider_shm_latency.sh [label:dir ...]
+#   sudo RUNS=5 bash bench/provider_shm_latency.sh [label:dir[,VAR=VALUE...] ...]
+#   e.g. lane:target/release ring:target/release,HX_SHM_LANE=0
 #
-# Each dir holds a libhxcomm_fi.so (default: now:target/release). Each round starts with a
+# Each dir holds a libhxcomm_fi.so (default: now:target/release); settings after it go to both
+# ranks. Each round starts with a
 # cache-line ping-pong between CPUs 0 and 1 (bench/cacheline_pingpong.c): the ratios are given
 # again per CPU placement. SIZE (default 8) and ITERS
 # (default 50000) set the message; TEST replaces the whole bench/mpi_osu.c test (e.g.
@@ -40,10 +42,17 @@ for i in $(seq "$RUNS"); do
   echo "vader ${v:-nan}"
   for c in "$@"; do
     label=${c%%:*}
-    dir=$(realpath "${c#*:}")
+    rest=${c#*:}
+    dir=$(realpath "${rest%%,*}")
+    # Settings after the dir, comma-separated: passed to both ranks.
+    xs=()
+    if [ "$rest" != "${rest%%,*}" ]; then
+      IFS=, read -ra kv <<< "${rest#*,}"
+      for x in "${kv[@]}"; do xs+=(-x "$x"); done
+    fi
     v=$(timeout 120 mpirun.openmpi -np 2 --bind-to "$BIND" --mca pml cm --mca mtl ofi \
-      --mca mtl_ofi_provider_include hxcomm -x FI_PROVIDER_PATH="$dir" "$out/osu" "$test" \
-      2>/dev/null | usec)
+      --mca mtl_ofi_provider_include hxcomm -x FI_PROVIDER_PATH="$dir" ${xs[@]+"${xs[@]}"} \
+      "$out/osu" "$test" 2>/dev/null | usec)
     echo "$label ${v:-nan}"
   done
 done | tee "$out/raw.txt" | UNIT=$unit python3 -c '

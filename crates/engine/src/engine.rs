@@ -189,6 +189,29 @@ fn ep_not_open(ep: EpId) -> Error {
     Error::Invalid(format!("endpoint {ep} is not open"))
 }
 
+/// A lane message's words (hx_transport::shm, "The lane"): the endpoints and whether
+/// immediate data comes, the tag, the data.
+#[inline]
+fn lane_meta(src_ep: EpId, dst_ep: EpId, tag: u64, data: Option<u64>) -> [u64; 3] {
+    [
+        src_ep as u64 | (dst_ep as u64) << 16 | (data.is_some() as u64) << 32,
+        tag,
+        data.unwrap_or(0),
+    ]
+}
+
+/// What [`lane_meta`] packed: source and destination endpoints, tag, immediate data.
+#[inline]
+fn lane_envelope(meta: &[u64; 3]) -> (EpId, EpId, u64, Option<u64>) {
+    let m = meta[0];
+    (
+        m as EpId,
+        (m >> 16) as EpId,
+        meta[1],
+        (m >> 32 & 1 != 0).then_some(meta[2]),
+    )
+}
+
 pub(crate) fn link_token(peer: Rank, rail: usize) -> u64 {
     T_LINK | ((peer as u64) << 16) | rail as u64
 }
@@ -499,6 +522,16 @@ impl Engine {
         self.core.rails(peer)
     }
 
+    /// Messages sent to `peer` through its shared-memory lane so far (0 for other peers).
+    pub fn lane_sent(&mut self, peer: Rank) -> u64 {
+        self.peers
+            .get_mut(peer as usize)
+            .and_then(|p| p.rails.first_mut())
+            .and_then(|r| r.link.as_mut())
+            .and_then(|l| l.shm())
+            .map_or(0, |l| l.lane_sent())
+    }
+
     /// Bytes written so far on each rail to `peer`.
     pub fn rail_tx_bytes(&self, peer: Rank) -> Vec<u64> {
         self.core.stats(peer).tx_bytes_per_rail
@@ -721,6 +754,12 @@ impl Engine {
         data: Option<u64>,
         payload: &[u8],
     ) -> bool {
+        if payload.len() <= shm::LANE_PAYLOAD
+            && self.settings.shm_lane
+            && self.send_lane(ep, dst, dst_ep, tag, data, payload)
+        {
+            return true;
+        }
         let Some((rail, hdr)) = self
             .core
             .inline_start(dst, ep, dst_ep, tag, data, payload.len())
@@ -740,6 +779,68 @@ impl Engine {
             self.flush_dirty();
         }
         true
+    }
+
+    /// A small message to a shared-memory peer through its lane, unframed, when the core
+    /// would let a framed one leave at once and the lane can take it now.
+    #[inline]
+    fn send_lane(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> bool {
+        if !self.core.lane_ok(dst, payload.len()) {
+            return false;
+        }
+        let Some(link) = self
+            .peers
+            .get_mut(dst as usize)
+            .filter(|p| p.shm)
+            .and_then(|p| p.rails.first_mut())
+            .and_then(|r| r.link.as_mut())
+            .and_then(|l| l.shm())
+        else {
+            return false;
+        };
+        if !link.lane_send(lane_meta(ep, dst_ep, tag, data), payload) {
+            return false;
+        }
+        self.core.lane_sent(dst, payload.len());
+        true
+    }
+
+    /// Hands every message waiting in the lane beside `rail` of `peer` to the core, which
+    /// matches or holds each in its place; returns a count of the work done.
+    fn drain_lane(&mut self, peer: Rank, rail: usize) -> usize {
+        let mut work = 0;
+        loop {
+            let Some(link) = self.peers[peer as usize]
+                .rails
+                .get_mut(rail)
+                .and_then(|r| r.link.as_mut())
+                .and_then(|l| l.shm())
+            else {
+                return work;
+            };
+            match link.lane_peek() {
+                Ok(Some(v)) => {
+                    let (src_ep, dst_ep, tag, data) = lane_envelope(&v.meta);
+                    work += 1 + v.payload.len();
+                    self.core
+                        .lane_arrived(peer, src_ep, dst_ep, tag, data, v.payload);
+                    link.lane_consume();
+                }
+                Ok(None) => return work,
+                Err(e) => {
+                    self.rail_down(peer, rail, &e.to_string(), false);
+                    return work;
+                }
+            }
+        }
     }
 
     fn start_recv(
@@ -1159,12 +1260,9 @@ impl Engine {
             let Some(link) = self.peers[p as usize].rails[r].link.as_ref() else {
                 continue;
             };
-            match link.doorbell() {
-                Some(d) => out.push(d),
-                None => {
-                    out.clear();
-                    return false;
-                }
+            if !link.doorbells(out) {
+                out.clear();
+                return false;
             }
         }
         true
@@ -1182,6 +1280,42 @@ impl Engine {
             let Some(link) = self.peers[p as usize].rails[r].link.as_mut() else {
                 continue;
             };
+            // The lane first: its message comes before the ring's next record.
+            if let Some(l) = link.shm() {
+                match l.lane_peek() {
+                    Ok(Some(v)) => {
+                        let (src_ep, dst_ep, tag, data) = lane_envelope(&v.meta);
+                        let len = v.payload.len();
+                        if !self.core.lane_express(
+                            p,
+                            src_ep,
+                            dst_ep,
+                            tag,
+                            len,
+                            ep,
+                            filter,
+                            buf.len(),
+                        ) {
+                            return Express::Other;
+                        }
+                        buf[..len].copy_from_slice(v.payload);
+                        l.lane_consume();
+                        // An eager credit may be due.
+                        self.flush_dirty();
+                        return Express::Taken(Status {
+                            source: p,
+                            src_ep,
+                            tag,
+                            len,
+                            truncated: false,
+                            data,
+                        });
+                    }
+                    Ok(None) => {}
+                    // A full round reports it.
+                    Err(_) => return Express::Other,
+                }
+            }
             let bytes = match link.poll_peek() {
                 Peeked::Bytes(b) => b,
                 Peeked::Nothing => continue,
@@ -2056,7 +2190,7 @@ impl Engine {
     /// A polled link with data: small eager frames for posted receives are taken in place
     /// (Core::rx_express), the rest through the staging path.
     fn read_polled(&mut self, peer: Rank, rail: usize) -> usize {
-        let mut total = 0;
+        let mut total = self.drain_lane(peer, rail);
         while let Some(link) = self.peers[peer as usize]
             .rails
             .get_mut(rail)
@@ -2093,7 +2227,11 @@ impl Engine {
     /// `to_end`, when only WouldBlock or EOF does.
     fn read_rail_until(&mut self, peer: Rank, rail: usize, to_end: bool) -> usize {
         let p = peer as usize;
-        let mut total = 0;
+        // A lane message comes before the ring's next bytes (and its end).
+        let mut total = match self.peers[p].shm {
+            true => self.drain_lane(peer, rail),
+            false => 0,
+        };
         loop {
             let Some(link) = self.peers[p]
                 .rails

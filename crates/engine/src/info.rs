@@ -43,6 +43,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "same-host large messages copied once into the receiver (process_vm_writev)",
     ),
     (
+        "SHM_LANE",
+        "1",
+        "same-host messages of up to 32 bytes through a lane of fixed slots beside the ring, skipping framing (0: through the ring)",
+    ),
+    (
         "SHM_PREFAULT",
         "64m",
         "bytes of same-host rings populated ahead of use once 32 KiB have gone through them (the rest fault page by page)",
@@ -236,6 +241,15 @@ pub fn report(get: &dyn Fn(&str) -> Option<String>) -> Result<String, crate::Err
     out.push_str("\nShared memory:\n");
     if settings.shm {
         out.push_str("  same-host peers: shared-memory rings (memfd), one per peer pair\n");
+        out.push_str(&format!(
+            "  small messages (up to {} bytes) through the lane beside the ring: {}\n",
+            hx_transport::shm::LANE_PAYLOAD,
+            if settings.shm_lane {
+                "on"
+            } else {
+                "off (HX_SHM_LANE=0)"
+            }
+        ));
         use crate::setup::DirectCopy;
         let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
             .map(|s| format!("Yama ptrace_scope {}", s.trim()))

@@ -73,6 +73,9 @@ pub struct Settings {
     /// HX_SHM_PREFAULT: bytes of shared-memory rings populated ahead of use once busy (see
     /// hx_transport::shm::PrefaultBudget).
     pub shm_prefault: usize,
+    /// HX_SHM_LANE: small messages to a same-host peer go through the shared-memory lane
+    /// (hx_transport::shm, "The lane") when they can, unframed.
+    pub shm_lane: bool,
 }
 
 /// Where settings are read from: a name -> value lookup (the environment, or the libfabric
@@ -198,6 +201,11 @@ impl Settings {
                 Some(v) => return Err(Error::Config(format!("HX_DIRECT={v}: expected 0 or 1"))),
             },
             shm_prefault: size(var, "HX_SHM_PREFAULT", 64 << 20)?,
+            shm_lane: match var("HX_SHM_LANE").as_deref() {
+                None | Some("1") | Some("yes") | Some("true") => true,
+                Some("0") | Some("no") | Some("false") => false,
+                Some(v) => return Err(Error::Config(format!("HX_SHM_LANE={v}: expected 0 or 1"))),
+            },
         })
     }
 }

@@ -540,3 +540,125 @@ fn done(e: &mut Engine, peer: u32) {
     e.recv(1, Some(peer), Some(999), &mut b).unwrap();
     e.wait(s).unwrap();
 }
+
+/// Small same-host messages go through the lane beside the ring when they can, larger ones
+/// through the ring: a stream of both with one tag (which MPI must not let overtake), received
+/// by receives posted ahead, by blocking receives (the express path) and after arriving
+/// unexpected, in any mix, arrives in the order sent with every byte. With HX_SHM_LANE off, the
+/// same stream never uses the lane.
+#[test]
+fn lane_and_ring_messages_keep_their_order() {
+    for lane in [true, false] {
+        let mut s = settings(true, 1);
+        s.shm_lane = lane;
+        pair(s, true, move |i, e, peer| {
+            let peer = peer.unwrap();
+            let n = 4000u64;
+            let len_of = |k: u64| match k.wrapping_mul(0x9e37_79b9) % 11 {
+                0 => 0,
+                1..=5 => (k % 33) as usize,
+                6 | 7 => 33 + (k % 200) as usize,
+                8 | 9 => 1000 + (k % 9000) as usize,
+                _ => 100_000,
+            };
+            if i == 0 {
+                let mut sends = Vec::new();
+                for k in 0..n {
+                    // Every data word carries the message's index: the receiver checks order.
+                    sends.push(e.isend(1, peer, 1, k, pattern(k, len_of(k))).unwrap());
+                    if k % 64 == 63 {
+                        for r in sends.drain(..) {
+                            e.wait(r).unwrap();
+                        }
+                        // Let the receiver fall behind, or catch up.
+                        let mut go = [0u8; 1];
+                        e.recv(1, Some(peer), Some(u64::MAX), &mut go).unwrap();
+                    }
+                }
+                for r in sends.drain(..) {
+                    e.wait(r).unwrap();
+                }
+                // In bursts the lane waits for the reader to have all of the ring; a ping-pong
+                // of small messages takes it every time.
+                let before = e.lane_sent(peer);
+                let mut b = [0u8; 32];
+                for k in 0..200u64 {
+                    e.send(1, peer, 1, k, &pattern(k, 32)).unwrap();
+                    let st = e.recv(1, Some(peer), Some(k), &mut b).unwrap();
+                    assert!(b[..st.len] == pattern(k + 1, 32));
+                }
+                let used = e.lane_sent(peer);
+                if lane {
+                    assert!(before > 0, "no message of the stream used the lane");
+                    assert!(used - before >= 190, "{} of 200 pings", used - before);
+                } else {
+                    assert_eq!(used, 0, "the lane was used while off");
+                }
+                return;
+            }
+            let mut k = 0u64;
+            let mut round = 0u64;
+            while k < n {
+                round += 1;
+                let batch = (64 - k % 64).min(n - k);
+                match round % 3 {
+                    // Posted ahead, any tag.
+                    0 => {
+                        let rs: Vec<_> = (0..batch)
+                            .map(|_| e.irecv(1, Some(peer), ANY_TAG, vec![0; 100_000]).unwrap())
+                            .collect();
+                        for r in rs {
+                            let (st, buf) = e.wait_owned(r).unwrap();
+                            assert_eq!(st.tag, k, "lane {lane}: out of order");
+                            assert!(buf.unwrap()[..st.len] == pattern(k, len_of(k)));
+                            k += 1;
+                        }
+                    }
+                    // Blocking, any source and tag: small ones come the express way.
+                    1 => {
+                        let mut buf = vec![0u8; 100_000];
+                        for _ in 0..batch {
+                            let st = e.recv(1, ANY_SOURCE, ANY_TAG, &mut buf).unwrap();
+                            assert_eq!(st.tag, k, "lane {lane}: out of order");
+                            assert!(buf[..st.len] == pattern(k, len_of(k)));
+                            k += 1;
+                        }
+                    }
+                    // Let them arrive unexpected first, then receive them by tag.
+                    _ => {
+                        std::thread::sleep(Duration::from_millis(2));
+                        while e
+                            .probe(1, Some(peer), Some(k + batch - 1))
+                            .unwrap()
+                            .is_none()
+                        {
+                            std::thread::yield_now();
+                        }
+                        let mut buf = vec![0u8; 100_000];
+                        for _ in 0..batch {
+                            let st = e.recv(1, Some(peer), Some(k), &mut buf).unwrap();
+                            assert_eq!(st.len, len_of(k));
+                            assert!(buf[..st.len] == pattern(k, len_of(k)));
+                            k += 1;
+                        }
+                    }
+                }
+                if k.is_multiple_of(64) && k < n {
+                    e.send(1, peer, 1, u64::MAX, b"g").unwrap();
+                }
+            }
+            let mut b = [0u8; 32];
+            for k in 0..200u64 {
+                let st = e.recv(1, Some(peer), Some(k), &mut b).unwrap();
+                assert!(b[..st.len] == pattern(k, 32));
+                e.send(1, peer, 1, k, &pattern(k + 1, 32)).unwrap();
+            }
+            let used = e.lane_sent(peer);
+            assert_eq!(
+                used > 190,
+                lane,
+                "lane {lane}: {used} answers through the lane"
+            );
+        });
+    }
+}

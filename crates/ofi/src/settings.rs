@@ -149,7 +149,7 @@ mod tests {
     #[test]
     fn every_setting_has_both_names() {
         let all = settings();
-        assert_eq!(all.len(), 26);
+        assert_eq!(all.len(), 27);
         assert!(all
             .iter()
             .any(|(n, m)| n == "sndbuf" && m.ends_with("(default 768k)")));

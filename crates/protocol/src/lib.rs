@@ -22,6 +22,7 @@ mod atomic;
 mod buffer;
 mod core;
 mod keep_up;
+mod lane;
 mod rma;
 mod rx;
 pub mod sim;

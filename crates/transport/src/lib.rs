@@ -18,21 +18,27 @@ use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A word of memory that the peer makes nonzero when something arrives on a link
-/// ([`Link::doorbell`]): a spinning reader that found nothing can look at it alone instead of
+/// A word of memory that the peer changes when something arrives on a link
+/// ([`Link::doorbells`]): a spinning reader that found nothing can look at it alone instead of
 /// making its whole pass again.
 #[derive(Clone, Copy, Debug)]
-pub struct Doorbell(*const AtomicU64);
+pub struct Doorbell {
+    word: *const AtomicU64,
+    /// The word's value while nothing has arrived.
+    quiet: u64,
+}
 
 // SAFETY: a pointer to an atomic word in memory shared between processes; it is only read,
 // and only while its link is alive (see `rung`).
 unsafe impl Send for Doorbell {}
 
 impl Doorbell {
+    /// A doorbell that rings when `word` is no longer `quiet`.
+    ///
     /// # Safety
     /// `word` stays valid as long as the caller of [`rung`](Self::rung) says it is.
-    pub unsafe fn new(word: *const AtomicU64) -> Self {
-        Doorbell(word)
+    pub unsafe fn new(word: *const AtomicU64, quiet: u64) -> Self {
+        Doorbell { word, quiet }
     }
 
     /// Something arrived (or may have) since the doorbell was taken.
@@ -42,7 +48,7 @@ impl Doorbell {
     /// [`Link::doorbell`] returned it.
     #[inline]
     pub unsafe fn rung(&self) -> bool {
-        (*self.0).load(Ordering::Acquire) != 0
+        (*self.word).load(Ordering::Acquire) != self.quiet
     }
 }
 
@@ -104,11 +110,15 @@ pub trait Link: Send {
         }
     }
     /// Links whose bytes sit in memory, after a [`poll_peek`](Self::poll_peek) that found
-    /// `Nothing`: the word whose change is the next thing to arrive. `None` when the link
-    /// cannot give one or its state needs a full look (bytes pending, the peer closed or gone).
-    /// A peer that closes later rings no doorbell: whoever waits on one must still look at
-    /// the whole link now and then.
-    fn doorbell(&self) -> Option<Doorbell> {
+    /// `Nothing`: the words whose change is the next thing to arrive, appended to `out`. False
+    /// (nothing appended) when the link cannot give them or its state needs a full look
+    /// (bytes pending, the peer closed or gone). A peer that closes later rings no doorbell:
+    /// whoever waits on one must still look at the whole link now and then.
+    fn doorbells(&self, _out: &mut Vec<Doorbell>) -> bool {
+        false
+    }
+    /// The shared-memory link behind this one, for its lane ([`shm::ShmLink::lane_send`]).
+    fn shm(&mut self) -> Option<&mut shm::ShmLink> {
         None
     }
     /// `write_vectored` of a header and a payload (a frame): what the engine's small sends do.
@@ -164,8 +174,11 @@ impl<L: Link + ?Sized> Link for Box<L> {
     fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> io::Result<usize> {
         (**self).write_frame(header, payload)
     }
-    fn doorbell(&self) -> Option<Doorbell> {
-        (**self).doorbell()
+    fn doorbells(&self, out: &mut Vec<Doorbell>) -> bool {
+        (**self).doorbells(out)
+    }
+    fn shm(&mut self) -> Option<&mut shm::ShmLink> {
+        (**self).shm()
     }
     fn event(&mut self) {
         (**self).event()

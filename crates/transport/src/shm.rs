@@ -21,6 +21,17 @@
 //! record header (reported as `InvalidData`) or garbage bytes; every offset is masked by
 //! `capacity - 1` and copies never leave the mapping.
 //!
+//! # The lane
+//! Beside each ring, a lane of [`LANE_SLOTS`] 64-byte slots carries small whole messages as
+//! fixed words (a sequence word, three words the caller gives meaning to, up to
+//! [`LANE_PAYLOAD`] bytes), so a caller can skip the framing a ring record needs. Order across
+//! the ring and the lane without sequence numbers: the writer uses the lane only while the
+//! reader has consumed everything in the ring (its published tail equals our head), and the
+//! reader takes every lane slot before the next ring record: once it sees a record's header
+//! (acquire), it looks at the lane again, since a slot written before that record is visible
+//! by then, and hides the record while a slot is pending. So a lane message sits exactly
+//! between the records written before and after it.
+//!
 //! # Waking without burning a core
 //! While both sides are awake the engine calls `read`/`write_vectored` every progress round
 //! ([`Link::polled`]). Before it sleeps it calls [`Link::arm`]: the side drains its eventfd, sets
@@ -110,7 +121,7 @@ const fn footprint(len: usize) -> usize {
     align_up(payload_at(len) + len)
 }
 
-const MAGIC: u64 = u64::from_le_bytes(*b"HXSHMv02");
+const MAGIC: u64 = u64::from_le_bytes(*b"HXSHMv03");
 const HDR: usize = 4096;
 const LINE: usize = 128;
 const OFF_MAGIC: usize = 0;
@@ -119,6 +130,24 @@ const OFF_CAP: usize = 8;
 const OFF_SLEEP: usize = 5 * LINE;
 /// `closed[side]` at `OFF_CLOSED + 8 * side`: set once by `side` when it drops its link.
 const OFF_CLOSED: usize = 6 * LINE;
+/// Slots of lane `ring` its reader has consumed, stored by the reader now and then.
+const fn off_lane_tail(ring: usize) -> usize {
+    LINE * (7 + ring)
+}
+
+/// Slots per lane, bytes per slot, payload bytes a slot carries.
+pub const LANE_SLOTS: u64 = 64;
+const SLOT: usize = 64;
+const LANE_BYTES: usize = LANE_SLOTS as usize * SLOT;
+pub const LANE_PAYLOAD: usize = SLOT - 32;
+/// A slot's first word: the slot's sequence number (low 32 bits, so a slot's next value
+/// always differs from its last lap's) and the payload length (bits 32..40).
+const SLOT_SEQ: u64 = u32::MAX as u64;
+
+/// Segment bytes for rings of `cap` bytes: header, two rings, two lanes.
+const fn segment_len(cap: usize) -> usize {
+    HDR + 2 * cap + 2 * LANE_BYTES
+}
 
 const fn off_tail(ring: usize) -> usize {
     LINE * (2 + 2 * ring)
@@ -264,7 +293,7 @@ impl Drop for Mapping {
 /// Creates a sealed, zeroed segment for two rings of `cap` bytes and writes its header.
 fn create_segment(cap: usize) -> io::Result<(OwnedFd, Mapping)> {
     check_capacity(cap)?;
-    let len = HDR + 2 * cap;
+    let len = segment_len(cap);
     let fd = memfd_create(
         c"hxcomm-shm",
         MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
@@ -293,10 +322,10 @@ fn open_segment(fd: &OwnedFd, max_cap: usize) -> io::Result<(Mapping, usize)> {
         return Err(bad("not sealed against shrinking".into()));
     }
     let size = usize::try_from(size).map_err(|_| bad("negative size".into()))?;
-    if !(HDR + 2 * MIN_CAPACITY..=HDR + 2 * MAX_CAPACITY).contains(&size) {
+    if !(segment_len(MIN_CAPACITY)..=segment_len(MAX_CAPACITY)).contains(&size) {
         return Err(bad(format!("size {size}")));
     }
-    if size > HDR + 2 * max_cap {
+    if size > segment_len(max_cap) {
         return Err(bad(format!(
             "{size} bytes, more than rings of {max_cap} bytes this side accepts"
         )));
@@ -308,7 +337,7 @@ fn open_segment(fd: &OwnedFd, max_cap: usize) -> io::Result<(Mapping, usize)> {
     let cap = map.word(OFF_CAP).load(Ordering::Relaxed);
     let cap = usize::try_from(cap).map_err(|_| bad(format!("capacity {cap}")))?;
     check_capacity(cap).map_err(|e| bad(e.to_string()))?;
-    if HDR + 2 * cap != size {
+    if segment_len(cap) != size {
         return Err(bad(format!("capacity {cap} does not match size {size}")));
     }
     Ok((map, cap))
@@ -352,6 +381,18 @@ pub struct ShmLink {
     rx_pad: usize,
     /// The tail we last stored for the peer.
     rx_tail_published: u64,
+    /// Lane slots ours to write and the peer's to read (inside `map`; see "The lane").
+    lane_tx: *mut u8,
+    lane_rx: *const u8,
+    /// Slots we have written, and our last view of how many the reader has consumed.
+    lane_tx_head: u64,
+    lane_tx_tail_seen: u64,
+    /// Slots we have consumed, and the count we last stored for the peer.
+    lane_rx_tail: u64,
+    lane_rx_published: u64,
+    /// Our ring head when we last saw the reader's tail at it: while it still is our head,
+    /// the reader has everything we wrote to the ring, and the lane may be used.
+    tx_quiet_at: u64,
     /// The last write could not take everything: `arm` must also wake us for room.
     write_blocked: bool,
     /// The setup socket hung up without the peer setting `closed` (process killed).
@@ -388,15 +429,24 @@ impl ShmLink {
         label: String,
         prefault: Option<Arc<PrefaultBudget>>,
     ) -> io::Result<ShmLink> {
-        debug_assert!(side < 2 && HDR + 2 * cap <= map.len);
+        debug_assert!(side < 2 && segment_len(cap) <= map.len);
         // A ring no larger than the threshold has lapped by then: every page is there already.
         let populate_at = match prefault {
             Some(_) if cap as u64 > POPULATE_AFTER => POPULATE_AFTER,
             _ => u64::MAX,
         };
         let base = map.ptr.as_ptr();
-        // SAFETY: both ring starts are inside the mapping (HDR + 2 * cap <= len).
+        // SAFETY: both ring starts and both lanes are inside the mapping
+        // (segment_len(cap) <= len).
         let (tx, rx) = unsafe { (base.add(HDR + side * cap), base.add(HDR + (1 - side) * cap)) };
+        let lanes = HDR + 2 * cap;
+        // SAFETY: as above.
+        let (lane_tx, lane_rx) = unsafe {
+            (
+                base.add(lanes + side * LANE_BYTES),
+                base.add(lanes + (1 - side) * LANE_BYTES),
+            )
+        };
         let poll_set = match &sock {
             None => None,
             Some(s) => {
@@ -424,6 +474,13 @@ impl ShmLink {
             rx_left: 0,
             rx_pad: 0,
             rx_tail_published: 0,
+            lane_tx,
+            lane_rx,
+            lane_tx_head: 0,
+            lane_tx_tail_seen: 0,
+            lane_rx_tail: 0,
+            lane_rx_published: 0,
+            tx_quiet_at: 0,
             write_blocked: false,
             peer_dead: false,
             my_efd,
@@ -442,6 +499,11 @@ impl ShmLink {
         // ring we write being zero (tx_zeroed = cap): a fresh memfd is; a peer that dirtied it
         // first only garbles what it reads itself.
         if link.map.word(off_tail(1 - side)).load(Ordering::Relaxed) != 0
+            || link
+                .map
+                .word(off_lane_tail(1 - side))
+                .load(Ordering::Relaxed)
+                != 0
             || link.tx_word(0).load(Ordering::Relaxed) != 0
         {
             return Err(io::Error::new(
@@ -504,7 +566,8 @@ impl ShmLink {
         }
         let off = (self.rx_tail & (self.cap - 1)) as usize;
         let h = self.rx_word(off).load(Ordering::Acquire);
-        if h == 0 {
+        // A lane slot written before this record is visible now (acquire): it comes first.
+        if h == 0 || self.lane_pending() {
             return Ok(false);
         }
         let len = (h & REC_LEN) as usize;
@@ -728,6 +791,169 @@ impl ShmLink {
     }
 }
 
+/// A lane slot the reader has not consumed yet ([`ShmLink::lane_peek`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaneView<'a> {
+    /// The three words the writer gave [`ShmLink::lane_send`].
+    pub meta: [u64; 3],
+    pub payload: &'a [u8],
+}
+
+impl ShmLink {
+    fn lane_tx_word(&self, slot: u64, word: usize) -> *mut u64 {
+        let off = (slot % LANE_SLOTS) as usize * SLOT + 8 * word;
+        // SAFETY: slot offsets are below LANE_BYTES and word < 4: inside our lane, 8-aligned
+        // (the lanes start page aligned plus a multiple of a power-of-two capacity).
+        unsafe { self.lane_tx.add(off) as *mut u64 }
+    }
+
+    fn lane_rx_slot(&self, slot: u64) -> *const u8 {
+        // SAFETY: inside the peer's lane, 64-aligned.
+        unsafe { self.lane_rx.add((slot % LANE_SLOTS) as usize * SLOT) }
+    }
+
+    /// Has the reader consumed everything we wrote to the ring? Re-reads its tail only when
+    /// our head moved since we last saw it there.
+    #[inline]
+    fn ring_quiet(&mut self) -> bool {
+        if self.tx_quiet_at == self.tx_head {
+            return true;
+        }
+        let tail = self.map.word(off_tail(self.side)).load(Ordering::Acquire);
+        if tail != self.tx_head {
+            return false;
+        }
+        self.tx_tail_seen = tail;
+        self.tx_quiet_at = tail;
+        true
+    }
+
+    /// Sends a small whole message through the lane: the three `meta` words and `payload` (at
+    /// most [`LANE_PAYLOAD`] bytes) arrive as one [`LaneView`], in order with everything
+    /// written to this link before and after. False (nothing sent) when the lane cannot take
+    /// it now: too long, the reader has not consumed all of the ring yet, the lane is full,
+    /// the peer is gone, or tracing is on. Write it to the ring then.
+    #[inline]
+    pub fn lane_send(&mut self, meta: [u64; 3], payload: &[u8]) -> bool {
+        if payload.len() > LANE_PAYLOAD
+            || self.trace.is_some()
+            || !self.ring_quiet()
+            || self.peer_closed()
+            || self.peer_dead
+        {
+            return false;
+        }
+        if self.lane_tx_head - self.lane_tx_tail_seen >= LANE_SLOTS {
+            let tail = self
+                .map
+                .word(off_lane_tail(self.side))
+                .load(Ordering::Acquire);
+            // A reader's count beyond what we wrote, or a whole lane behind, is not a reader's.
+            if tail > self.lane_tx_head || self.lane_tx_head - tail > LANE_SLOTS {
+                return false;
+            }
+            self.lane_tx_tail_seen = tail;
+            if self.lane_tx_head - tail >= LANE_SLOTS {
+                return false;
+            }
+        }
+        let slot = self.lane_tx_head;
+        // SAFETY: the slot's words and payload bytes lie inside our lane (lane_tx_word);
+        // the reader does not read them before the sequence word below says they are
+        // there, nor after it has consumed the slot (the free-slot check above). The
+        // payload's source is the caller's slice, disjoint from the mapping.
+        unsafe {
+            for (i, m) in meta.iter().enumerate() {
+                self.lane_tx_word(slot, 1 + i).write_volatile(*m);
+            }
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                self.lane_tx_word(slot, 4) as *mut u8,
+                payload.len(),
+            );
+            let seq = AtomicU64::from_ptr(self.lane_tx_word(slot, 0));
+            seq.store(
+                (slot.wrapping_add(1) & SLOT_SEQ) | (payload.len() as u64) << 32,
+                Ordering::Release,
+            );
+        }
+        self.lane_tx_head = slot + 1;
+        self.wake_peer();
+        true
+    }
+
+    /// The sequence word of the next lane slot to read, if the writer has filled it.
+    #[inline]
+    fn lane_next(&self) -> Option<u64> {
+        // SAFETY: the slot's first word, inside the peer's lane and 8-aligned; the writer
+        // accesses it only atomically too.
+        let w = unsafe { AtomicU64::from_ptr(self.lane_rx_slot(self.lane_rx_tail) as *mut u64) }
+            .load(Ordering::Acquire);
+        (w & SLOT_SEQ == self.lane_rx_tail.wrapping_add(1) & SLOT_SEQ).then_some(w)
+    }
+
+    /// Messages sent through the lane so far.
+    pub fn lane_sent(&self) -> u64 {
+        self.lane_tx_head
+    }
+
+    /// Is a lane message waiting? (A cheap look: one word.)
+    #[inline]
+    pub fn lane_pending(&self) -> bool {
+        self.lane_next().is_some()
+    }
+
+    /// The next lane message, in place, until [`lane_consume`](Self::lane_consume). It comes
+    /// before every ring record not read yet: read it first. An error is a slot no writer of
+    /// ours makes (a payload longer than a slot's).
+    #[inline]
+    pub fn lane_peek(&mut self) -> io::Result<Option<LaneView<'_>>> {
+        self.awake();
+        let Some(w) = self.lane_next() else {
+            return Ok(None);
+        };
+        let len = (w >> 32) as usize;
+        if len > LANE_PAYLOAD {
+            return Err(self.corrupt("lane slot length", len as u64, LANE_PAYLOAD as u64));
+        }
+        let at = self.lane_rx_slot(self.lane_rx_tail);
+        // SAFETY: the slot's words and its first `len` <= LANE_PAYLOAD payload bytes lie
+        // inside the peer's lane; the writer does not touch the slot again until we have
+        // consumed it (lane_consume needs &mut self, so the view is gone by then). If it
+        // does anyway we see garbage, never out of bounds.
+        unsafe {
+            let word = |i: usize| (at.add(8 * i) as *const u64).read_volatile();
+            Ok(Some(LaneView {
+                meta: [word(1), word(2), word(3)],
+                payload: std::slice::from_raw_parts(at.add(32), len),
+            }))
+        }
+    }
+
+    /// Hands back the lane slot [`lane_peek`](Self::lane_peek) showed.
+    #[inline]
+    pub fn lane_consume(&mut self) {
+        if self.lane_next().is_none() {
+            return;
+        }
+        self.lane_rx_tail += 1;
+        // The writer looks only when its own count says the lane is full: a store every
+        // quarter lane keeps it from seeing it full for long.
+        if self.lane_rx_tail - self.lane_rx_published >= LANE_SLOTS / 4 {
+            self.publish_lane_tail();
+        }
+    }
+
+    fn publish_lane_tail(&mut self) {
+        if self.lane_rx_tail != self.lane_rx_published {
+            self.lane_rx_published = self.lane_rx_tail;
+            self.map
+                .word(off_lane_tail(self.peer()))
+                .store(self.lane_rx_tail, Ordering::Release);
+        }
+    }
+}
+
 /// Orders our earlier stores before our later loads (what `fence(SeqCst)` gives), for the
 /// Dekker handshake between a writer's publish and a reader's `arm`. On x86-64 a locked
 /// read-modify-write of a private word does this, as Linux's `smp_mb` does, where `mfence` also
@@ -765,8 +991,10 @@ impl Link for ShmLink {
         }
         // A nonzero header is checked for sanity by read().
         let off = (self.rx_tail & (self.cap - 1)) as usize;
-        let ready =
-            self.rx_word(off).load(Ordering::Relaxed) != 0 || self.peer_closed() || self.peer_dead;
+        let ready = self.rx_word(off).load(Ordering::Relaxed) != 0
+            || self.lane_pending()
+            || self.peer_closed()
+            || self.peer_dead;
         if !ready {
             self.publish_tail();
         }
@@ -794,23 +1022,39 @@ impl Link for ShmLink {
                 // SAFETY: as in peek.
                 Peeked::Bytes(unsafe { std::slice::from_raw_parts(self.rx.add(off), self.rx_left) })
             }
-            Ok(false) if !self.peer_closed() && !self.peer_dead => {
+            Ok(false) if !self.peer_closed() && !self.peer_dead && !self.lane_pending() => {
                 self.publish_tail();
                 Peeked::Nothing
             }
+            // An error, the peer gone, or a lane message to take before the ring's next.
             _ => Peeked::Attention,
         }
     }
 
-    fn doorbell(&self) -> Option<crate::Doorbell> {
+    fn doorbells(&self, out: &mut Vec<crate::Doorbell>) -> bool {
         if self.rx_left != 0 || self.peer_dead || self.peer_closed() {
-            return None;
+            return false;
         }
-        // The next record's header word: the writer publishes a record by making it nonzero.
+        let lane = self.lane_rx_slot(self.lane_rx_tail) as *const AtomicU64;
+        // SAFETY: the next lane slot's sequence word, inside the peer's lane.
+        let lane_now = unsafe { (*lane).load(Ordering::Acquire) };
+        if lane_now & SLOT_SEQ == self.lane_rx_tail.wrapping_add(1) & SLOT_SEQ {
+            return false;
+        }
+        // The next record's header word (the writer publishes a record by making it nonzero)
+        // and the next lane slot's sequence word (by changing it).
         let off = (self.rx_tail & (self.cap - 1)) as usize;
-        // SAFETY: a word of our mapping, valid while this link lives (Doorbell::rung's
+        // SAFETY: words of our mapping, valid while this link lives (Doorbell::rung's
         // contract keeps the reader within that).
-        Some(unsafe { crate::Doorbell::new(self.rx_word(off)) })
+        unsafe {
+            out.push(crate::Doorbell::new(self.rx_word(off), 0));
+            out.push(crate::Doorbell::new(lane, lane_now));
+        }
+        true
+    }
+
+    fn shm(&mut self) -> Option<&mut ShmLink> {
+        Some(self)
     }
 
     fn write_frame(&mut self, header: &[u8], payload: &[u8]) -> io::Result<usize> {
@@ -867,10 +1111,17 @@ impl Link for ShmLink {
             self.publish_tail();
         }
         if done == 0 {
+            if self.lane_pending() {
+                // The lane's message comes before anything more of the ring (or its end).
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
             if self.peer_closed() {
                 // The peer published everything before setting `closed`: look once more.
                 if !self.next_record()? {
                     self.publish_tail();
+                    if self.lane_pending() {
+                        return Err(io::ErrorKind::WouldBlock.into());
+                    }
                     return Ok(0);
                 }
                 return self.read(buf);
@@ -994,8 +1245,10 @@ impl Link for ShmLink {
     }
 
     fn arm(&mut self) -> bool {
-        // A sleeping reader must have handed back everything it read (the writer may wait).
+        // A sleeping reader must have handed back everything it read (the writer may wait,
+        // or keep off the lane).
         self.publish_tail();
+        self.publish_lane_tail();
         drain(&self.my_efd);
         self.check_socket();
         if self.peer_dead {
@@ -1010,6 +1263,7 @@ impl Link for ShmLink {
         // Report room once: if the engine has nothing left to write, we must not keep it awake.
         self.write_blocked &= !room;
         let busy = room
+            || self.lane_pending()
             || match self.next_record() {
                 Ok(data) => data || self.peer_closed(),
                 Err(_) => true, // let read report it

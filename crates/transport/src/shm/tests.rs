@@ -280,7 +280,7 @@ fn segment_checks() {
     assert!(pair(MAX_CAPACITY * 2).is_err());
     // Unsealed or wrong-sized files are refused.
     let fd = memfd_create(c"t", MFdFlags::MFD_CLOEXEC).unwrap();
-    ftruncate(&fd, (HDR + 2 * MIN_CAPACITY) as i64).unwrap();
+    ftruncate(&fd, segment_len(MIN_CAPACITY) as i64).unwrap();
     let e = open_segment(&fd, MAX_CAPACITY).err().unwrap();
     assert!(e.to_string().contains("sealed"), "{e}");
     let (fd, map) = create_segment(MIN_CAPACITY).unwrap();
@@ -490,35 +490,276 @@ fn a_listener_cannot_make_the_connector_map_more_than_it_accepts() {
     t.join().unwrap().unwrap();
 }
 
+fn bells(l: &ShmLink) -> Option<Vec<crate::Doorbell>> {
+    let mut v = Vec::new();
+    l.doorbells(&mut v).then_some(v)
+}
+
+fn any_rung(bells: &[crate::Doorbell]) -> bool {
+    // SAFETY: (callers) the reader is untouched since the doorbells were taken.
+    bells.iter().any(|d| unsafe { d.rung() })
+}
+
 #[test]
 fn doorbell_rings_for_the_next_record_only() {
     let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
     let mut buf = vec![0u8; MIN_CAPACITY];
-    // Odd sizes, many times round the ring: the doorbell taken when nothing is readable is
-    // quiet until the next record is published, then rings.
+    // Odd sizes, many times round the ring and the lane: the doorbells taken when nothing is
+    // readable are quiet until the next record or lane slot is published, then ring.
     for i in 0..4 * MIN_CAPACITY / 500 {
         assert!(matches!(b.poll_peek(), Peeked::Nothing));
-        let d = b.doorbell().expect("an idle ring gives a doorbell");
-        // SAFETY: b is untouched since the doorbell was taken.
-        assert!(
-            !unsafe { d.rung() },
-            "round {i}: rung before anything was written"
-        );
+        let d = bells(&b).expect("an idle ring gives doorbells");
+        assert!(!any_rung(&d), "round {i}: rung before anything was written");
         let n = 1 + (i * 97) % 700;
         assert_eq!(a.write_vectored(&[IoSlice::new(&buf[..n])]).unwrap(), n);
-        // SAFETY: as above (only a, the writer, moved).
         assert!(
-            unsafe { d.rung() },
+            any_rung(&d),
             "round {i}: a record of {n} bytes did not ring"
         );
         assert_eq!(b.read(&mut buf).unwrap(), n);
+        assert!(matches!(b.poll_peek(), Peeked::Nothing));
+        let d = bells(&b).expect("an idle ring gives doorbells");
+        assert!(!any_rung(&d), "round {i}: rung before the lane was written");
+        assert!(a.lane_send([i as u64, 0, 0], &buf[..i % 9]), "round {i}");
+        assert!(any_rung(&d), "round {i}: a lane message did not ring");
+        assert!(
+            bells(&b).is_none(),
+            "a pending lane message gives no doorbell"
+        );
+        assert_eq!(b.lane_peek().unwrap().unwrap().meta[0], i as u64);
+        b.lane_consume();
     }
     // Bytes left of a record: no doorbell, read them first.
     a.write_vectored(&[IoSlice::new(b"two parts")]).unwrap();
     assert_eq!(b.read(&mut buf[..3]).unwrap(), 3);
-    assert!(b.doorbell().is_none());
+    assert!(bells(&b).is_none());
     assert_eq!(b.read(&mut buf).unwrap(), 6);
     // A closed peer: no doorbell (it would never ring).
     drop(a);
-    assert!(b.doorbell().is_none());
+    assert!(bells(&b).is_none());
+}
+
+/// What a reader takes next from a link with a lane: a lane message, a ring record, or
+/// nothing.
+#[derive(Debug, PartialEq)]
+enum Took {
+    Lane(u64, Vec<u8>),
+    Ring(Vec<u8>),
+    Nothing,
+}
+
+fn take(b: &mut ShmLink) -> Took {
+    if let Some(v) = b.lane_peek().unwrap() {
+        let t = Took::Lane(v.meta[0], v.payload.to_vec());
+        b.lane_consume();
+        return t;
+    }
+    // One record at a time (a read takes as many as fit).
+    let Some(r) = b.peek().map(<[u8]>::to_vec) else {
+        return Took::Nothing;
+    };
+    b.consume(r.len());
+    Took::Ring(r)
+}
+
+#[test]
+fn lane_messages_keep_their_place_among_ring_records() {
+    // Messages of random sizes: small ones try the lane first, the rest (and those the lane
+    // refuses) go to the ring as [index, length, payload]; the reader takes lane first, then
+    // the ring record by record, in random bursts. Every message arrives once, in the order
+    // sent, each whole, and a lane message never comes while part of a ring message has.
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut sent: Vec<Vec<u8>> = Vec::new();
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    let mut stream: Vec<u8> = Vec::new();
+    // The rest of a message the ring took in part: written before anything else, as the
+    // engine writes what it queued before a new message.
+    let mut rest: Vec<u8> = Vec::new();
+    let (mut lane, mut ring) = (0, 0);
+    let total = 20_000;
+    while got.len() < total {
+        for _ in 0..rng(&mut seed) % 8 {
+            if !rest.is_empty() {
+                match a.write_vectored(&[IoSlice::new(&rest)]) {
+                    Ok(n) => drop(rest.drain(..n)),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            if sent.len() == total || !rest.is_empty() {
+                break;
+            }
+            let i = sent.len();
+            let len = match rng(&mut seed) % 4 {
+                0 => 0,
+                1 | 2 => (rng(&mut seed) % (LANE_PAYLOAD as u64 + 1)) as usize,
+                _ => 1 + (rng(&mut seed) % 600) as usize,
+            };
+            let msg: Vec<u8> = (0..len).map(|k| (i * 31 + k) as u8).collect();
+            if a.lane_send([i as u64, !(i as u64), 7], &msg) {
+                lane += 1;
+            } else {
+                let mut rec = (i as u64).to_le_bytes().to_vec();
+                rec.extend_from_slice(&(len as u32).to_le_bytes());
+                rec.extend_from_slice(&msg);
+                match a.write_vectored(&[IoSlice::new(&rec)]) {
+                    Ok(n) => rest = rec.split_off(n),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => rest = rec,
+                    Err(e) => panic!("{e}"),
+                }
+                ring += 1;
+            }
+            sent.push(msg);
+        }
+        for _ in 0..rng(&mut seed) % 8 {
+            match take(&mut b) {
+                Took::Lane(i, p) => {
+                    assert!(stream.is_empty(), "a lane message inside a ring message");
+                    assert_eq!(i as usize, got.len(), "lane message out of order");
+                    got.push(p);
+                }
+                Took::Ring(r) => {
+                    stream.extend_from_slice(&r);
+                    while stream.len() >= 12 {
+                        let i = u64::from_le_bytes(stream[..8].try_into().unwrap());
+                        let len = u32::from_le_bytes(stream[8..12].try_into().unwrap()) as usize;
+                        if stream.len() < 12 + len {
+                            break;
+                        }
+                        assert_eq!(i as usize, got.len(), "ring message out of order");
+                        got.push(stream[12..12 + len].to_vec());
+                        stream.drain(..12 + len);
+                    }
+                }
+                Took::Nothing => break,
+            }
+            // The reader publishes its tail when it finds the ring empty.
+            let _ = b.poll_peek();
+        }
+    }
+    assert_eq!(got, sent);
+    // The lane only while the reader has all of the ring: a share of the small messages.
+    assert!(
+        lane > total / 20 && ring > total / 4,
+        "lane {lane}, ring {ring}"
+    );
+}
+
+#[test]
+fn lane_waits_for_the_reader_and_refuses_what_it_cannot_carry() {
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let mut buf = vec![0u8; 64];
+    assert!(!a.lane_send([0; 3], &[0; LANE_PAYLOAD + 1]), "too long");
+    a.write_vectored(&[IoSlice::new(b"ring")]).unwrap();
+    assert!(!a.lane_send([1; 3], b"x"), "the ring is not read yet");
+    assert_eq!(b.read(&mut buf).unwrap(), 4);
+    assert!(a.lane_send([2; 3], b"y"), "the reader has all of the ring");
+    // A full lane refuses; room comes back as the reader consumes.
+    let mut n = 1;
+    while a.lane_send([3; 3], b"") {
+        n += 1;
+    }
+    assert_eq!(n, LANE_SLOTS);
+    for _ in 0..LANE_SLOTS / 4 {
+        assert!(b.lane_peek().unwrap().is_some());
+        b.lane_consume();
+    }
+    assert!(a.lane_send([4; 3], b"z"), "room again");
+    // A record written after lane messages stays hidden until they are taken.
+    a.write_vectored(&[IoSlice::new(b"after")]).unwrap();
+    assert!(b.ready());
+    assert!(matches!(b.poll_peek(), Peeked::Attention));
+    assert_eq!(b.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    assert!(!b.arm(), "a pending lane message keeps the reader awake");
+    while b.lane_peek().unwrap().is_some() {
+        b.lane_consume();
+    }
+    assert_eq!(b.read(&mut buf).unwrap(), 5);
+    // Tracing stamps ring records only: the lane is off while it is on.
+    a.set_trace(true).unwrap();
+    let _ = b.poll_peek();
+    assert!(!a.lane_send([5; 3], b""));
+    a.set_trace(false).unwrap();
+    assert!(a.lane_send([5; 3], b""));
+    // A peer that closes after a lane message: the message, then the end.
+    drop(a);
+    assert_eq!(b.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    assert_eq!(b.lane_peek().unwrap().unwrap().meta, [5; 3]);
+    b.lane_consume();
+    assert_eq!(b.read(&mut buf).unwrap(), 0);
+}
+
+#[test]
+fn a_corrupt_lane_slot_is_an_error() {
+    let (a, mut b) = pair(MIN_CAPACITY).unwrap();
+    // SAFETY: the first slot's sequence word in a's lane, which b reads.
+    unsafe { AtomicU64::from_ptr(a.lane_tx_word(0, 0)) }
+        .store(1 | ((LANE_PAYLOAD as u64 + 1) << 32), Ordering::Release);
+    let e = b.lane_peek().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidData, "{e}");
+}
+
+#[test]
+fn lane_and_ring_keep_order_between_threads() {
+    // The writer and the reader on two threads: the reader's second look at the lane after
+    // it sees a record (acquire) is what keeps a lane message ahead of the record after it.
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let total = 100_000u64;
+    let writer = std::thread::spawn(move || {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut lane = 0;
+        for i in 0..total {
+            let big = rng(&mut seed).is_multiple_of(3);
+            if !big && a.lane_send([i, 0, 0], &i.to_le_bytes()) {
+                lane += 1;
+                continue;
+            }
+            let len: u32 = if big { 200 } else { 0 };
+            let mut rec = i.to_le_bytes().to_vec();
+            rec.extend_from_slice(&len.to_le_bytes());
+            rec.resize(12 + len as usize, i as u8);
+            let mut at = 0;
+            while at < rec.len() {
+                match a.write_vectored(&[IoSlice::new(&rec[at..])]) {
+                    Ok(n) => at += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        lane
+    });
+    let mut next = 0u64;
+    let mut stream: Vec<u8> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while next < total {
+        assert!(Instant::now() < deadline, "stuck at message {next}");
+        match take(&mut b) {
+            Took::Lane(i, _) => {
+                assert!(stream.is_empty(), "a lane message inside a ring message");
+                assert_eq!(i, next, "lane message out of order");
+                next += 1;
+            }
+            Took::Ring(r) => {
+                stream.extend_from_slice(&r);
+                while stream.len() >= 12 {
+                    let i = u64::from_le_bytes(stream[..8].try_into().unwrap());
+                    let len = u32::from_le_bytes(stream[8..12].try_into().unwrap()) as usize;
+                    if stream.len() < 12 + len {
+                        break;
+                    }
+                    assert_eq!(i, next, "ring message out of order");
+                    assert!(stream[12..12 + len].iter().all(|&x| x == i as u8));
+                    stream.drain(..12 + len);
+                    next += 1;
+                }
+            }
+            Took::Nothing => {
+                let _ = b.poll_peek();
+            }
+        }
+    }
+    let lane = writer.join().unwrap();
+    assert!(lane > 0, "the lane was never used");
 }

@@ -1,0 +1,218 @@
+//! Small messages that skip framing: a driver with a lane beside a peer's only rail (shared
+//! memory: hx_transport's `ShmLink::lane_send`) carries an eager message there as its
+//! envelope and bytes, in order with the rail's frames by the lane's own rule. The core spends
+//! no sequence number on it; it charges the same eager credit as a framed message, and the
+//! receiver matches it (or holds it as unexpected) at the point of the stream where it came.
+
+use crate::core::{Body, EagerRma, ReqKind, Unexp};
+use crate::{Buffer, Completion, Core, EpId, Filter, Rank, Status};
+
+/// A lane message's sequence number in the unexpected queue: none (it was never framed).
+const NO_SEQ: u64 = u64::MAX;
+
+impl<B: Buffer> Core<B> {
+    /// May a small eager message of `len` bytes to `peer` go through a lane now? Only when a
+    /// framed one could leave at once (what [`inline_start`](Self::inline_start) checks: the
+    /// peer's only rail is up with nothing queued, and eager credit is left), so nothing the
+    /// core holds for the peer would have gone first.
+    #[inline]
+    pub fn lane_ok(&self, peer: Rank, len: usize) -> bool {
+        if peer == self.me || len > self.cfg.eager_limit {
+            return false;
+        }
+        let Some(p) = self.peers.get(peer as usize) else {
+            return false;
+        };
+        let cost = len as u64 + crate::EAGER_OVERHEAD;
+        matches!(&p.rails[..], [r] if r.up && r.tx.is_empty())
+            && p.lossless
+            && p.failed.is_none()
+            && p.parked.is_empty()
+            && p.pull_q.is_empty()
+            && p.credit_used + cost <= self.cfg.eager_credits as u64 + p.credit_granted
+    }
+
+    /// A message that [`lane_ok`](Self::lane_ok) allowed went through the lane: its credit.
+    #[inline]
+    pub fn lane_sent(&mut self, peer: Rank, len: usize) {
+        let p = &mut self.peers[peer as usize];
+        p.credit_used += len as u64 + crate::EAGER_OVERHEAD;
+        p.rails[0].tx_bytes += len as u64;
+    }
+
+    /// A message came through `peer`'s lane, after everything parsed from its rail so far:
+    /// into the first posted receive that takes it (completed at once), else held as
+    /// unexpected. Nothing is wrong with any envelope (the lane carries only what a sender's
+    /// core allowed; a peer's garbage is just another message).
+    pub fn lane_arrived(
+        &mut self,
+        peer: Rank,
+        src_ep: EpId,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        bytes: &[u8],
+    ) {
+        let len = bytes.len();
+        self.peers[peer as usize].rails[0].rx_bytes += len as u64;
+        let msg = Status {
+            source: peer,
+            src_ep,
+            tag,
+            len,
+            truncated: false,
+            data,
+        };
+        if let Some(req) = self.take_posted(dst_ep, peer, src_ep, tag) {
+            self.set_matched(req, msg, None);
+            self.eager_consumed(peer, len);
+            if let Some(r) = self.reqs.get_mut(req) {
+                let buf = r.buf.as_mut_slice();
+                let n = len.min(buf.len());
+                buf[..n].copy_from_slice(&bytes[..n]);
+                if let ReqKind::Recv(rv) = &mut r.kind {
+                    rv.unreceived = 0;
+                    if r.completion == Completion::Pending {
+                        r.completion = Completion::Done(rv.status.unwrap_or(msg));
+                        if let Some(f) = &mut self.finished {
+                            f.push(req);
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        let mut body = self.alloc_buf(len);
+        body.copy_from_slice(bytes);
+        let u = self.unexp.insert(Unexp {
+            src: peer,
+            src_ep,
+            dst_ep,
+            tag,
+            seq: NO_SEQ,
+            len,
+            data,
+            body: Body::Eager {
+                data: body,
+                filled: len,
+                claimed: None,
+            },
+            rma: EagerRma::No,
+        });
+        self.eps.entry(dst_ep).unexpected.push_back(u);
+    }
+
+    /// The express path of a blocking receive on `ep` taking `filter` that posted nothing
+    /// (see [`rx_express_into`](Self::rx_express_into), whose conditions hold here too): may
+    /// it take the lane message `(src_ep, dst_ep, tag)` of `len` bytes from `peer` into a
+    /// buffer of `cap` bytes? If so, its credit is counted as consumed and the caller copies
+    /// it; otherwise the caller hands it to [`lane_arrived`](Self::lane_arrived).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn lane_express(
+        &mut self,
+        peer: Rank,
+        src_ep: EpId,
+        dst_ep: EpId,
+        tag: u64,
+        len: usize,
+        ep: EpId,
+        filter: Filter,
+        cap: usize,
+    ) -> bool {
+        if dst_ep != ep || len > cap || !filter.takes_from(peer, src_ep, tag) {
+            return false;
+        }
+        debug_assert!(self.ep_quiet(ep), "express receive on a busy endpoint");
+        self.peers[peer as usize].rails[0].rx_bytes += len as u64;
+        self.eager_consumed(peer, len);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Completion, Config, Core, Filter};
+
+    /// Two cores joined by one lossless rail.
+    fn pair() -> (Core<Vec<u8>>, Core<Vec<u8>>) {
+        let mut a = Core::new(0, 2, Config::default());
+        let mut b = Core::new(1, 2, Config::default());
+        a.set_rails(1, 1);
+        b.set_rails(0, 1);
+        a.set_lossless(1, true);
+        b.set_lossless(0, true);
+        (a, b)
+    }
+
+    #[test]
+    fn the_lane_only_when_a_framed_message_could_leave_at_once() {
+        let (mut a, _) = pair();
+        assert!(a.lane_ok(1, 8));
+        assert!(!a.lane_ok(0, 8), "self");
+        assert!(!a.lane_ok(5, 8), "unknown peer");
+        assert!(!a.lane_ok(1, a.cfg.eager_limit + 1));
+        a.send(1, 0, 0, 1, vec![1]).unwrap();
+        assert!(!a.lane_ok(1, 8), "something queued goes first");
+        let (mut a, _) = pair();
+        a.set_lossless(1, false);
+        assert!(!a.lane_ok(1, 8), "a lossy peer's frames are acknowledged");
+        let (mut a, _) = pair();
+        a.rail_down(1, 0);
+        assert!(!a.lane_ok(1, 8), "rail down");
+        let (mut a, _) = pair();
+        // The lane spends eager credit as a framed message would.
+        let credits = a.cfg.eager_credits as u64;
+        let mut sent = 0;
+        while a.lane_ok(1, 32) {
+            a.lane_sent(1, 32);
+            sent += 1;
+        }
+        assert_eq!(sent, credits / (32 + crate::EAGER_OVERHEAD));
+    }
+
+    #[test]
+    fn lane_messages_meet_receives_in_order() {
+        let (_, mut b) = pair();
+        let any = Filter::new(None, None);
+        // Posted first: taken at once, completed, credit counted as consumed.
+        let r = b.recv(0, None, Some(4), vec![0; 8]).unwrap();
+        b.lane_arrived(0, 3, 0, 4, Some(99), b"abc");
+        let Some((Completion::Done(st), buf)) = b.take(r) else {
+            panic!("not completed");
+        };
+        assert_eq!((st.source, st.src_ep, st.tag, st.len), (0, 3, 4, 3));
+        assert_eq!(
+            (st.data, st.truncated, &buf[..3]),
+            (Some(99), false, &b"abc"[..])
+        );
+        // Too long for the receive: truncated to its buffer.
+        let r = b.recv(0, None, None, vec![0; 2]).unwrap();
+        b.lane_arrived(0, 3, 0, 5, None, b"xyz");
+        let Some((Completion::Done(st), buf)) = b.take(r) else {
+            panic!("not completed");
+        };
+        assert!(st.truncated && st.len == 3 && buf == b"xy");
+        // Unposted: held, in order, and found by probe and later receives.
+        b.lane_arrived(0, 3, 0, 6, None, b"first");
+        b.lane_arrived(0, 3, 0, 6, None, b"second");
+        assert_eq!(b.probe(0, Some(0), Some(6)).map(|s| s.len), Some(5));
+        for want in [&b"first"[..], b"second"] {
+            let r = b.recv(0, Some(0), Some(6), vec![0; 8]).unwrap();
+            let Some((Completion::Done(st), buf)) = b.take(r) else {
+                panic!("not completed");
+            };
+            assert_eq!(&buf[..st.len], want);
+        }
+        assert!(b.ep_quiet(0));
+        // The express path: only what the receive takes, into a buffer large enough.
+        assert!(b.lane_express(0, 3, 0, 7, 8, 0, any, 8));
+        assert!(
+            !b.lane_express(0, 3, 1, 7, 8, 0, any, 8),
+            "another endpoint"
+        );
+        assert!(!b.lane_express(0, 3, 0, 7, 9, 0, any, 8), "too long");
+        let tag8 = Filter::new(None, Some(8));
+        assert!(!b.lane_express(0, 3, 0, 7, 8, 0, tag8, 8), "another tag");
+    }
+}
