@@ -833,6 +833,9 @@ impl Engine {
                     self.core
                         .lane_arrived(peer, src_ep, dst_ep, tag, data, v.payload);
                     link.lane_consume();
+                    if hx_transport::trace::active() {
+                        self.trace_parsed(peer, rail);
+                    }
                 }
                 Ok(None) => return work,
                 Err(e) => {
@@ -1300,6 +1303,11 @@ impl Engine {
                         }
                         buf[..len].copy_from_slice(v.payload);
                         l.lane_consume();
+                        // (A lane message is matched before its read is stamped: the slot is
+                        // the peer's again once consumed.)
+                        if hx_transport::trace::active() {
+                            self.trace_parsed(p, r);
+                        }
                         // An eager credit may be due.
                         self.flush_dirty();
                         return Express::Taken(Status {

@@ -140,6 +140,8 @@ pub const LANE_SLOTS: u64 = 64;
 const SLOT: usize = 64;
 const LANE_BYTES: usize = LANE_SLOTS as usize * SLOT;
 pub const LANE_PAYLOAD: usize = SLOT - 32;
+/// Bytes a lane message counts for in a link's trace besides its payload (its slot's words).
+pub const LANE_TRACED: usize = 32;
 /// A slot's first word: the slot's sequence number (low 32 bits, so a slot's next value
 /// always differs from its last lap's) and the payload length (bits 32..40).
 const SLOT_SEQ: u64 = u32::MAX as u64;
@@ -769,6 +771,7 @@ impl ShmLink {
         }
     }
 
+    #[inline]
     fn peer_closed(&self) -> bool {
         self.map
             .word(OFF_CLOSED + 8 * self.peer())
@@ -800,6 +803,7 @@ pub struct LaneView<'a> {
 }
 
 impl ShmLink {
+    #[inline]
     fn lane_tx_word(&self, slot: u64, word: usize) -> *mut u64 {
         let off = (slot % LANE_SLOTS) as usize * SLOT + 8 * word;
         // SAFETY: slot offsets are below LANE_BYTES and word < 4: inside our lane, 8-aligned
@@ -807,6 +811,7 @@ impl ShmLink {
         unsafe { self.lane_tx.add(off) as *mut u64 }
     }
 
+    #[inline]
     fn lane_rx_slot(&self, slot: u64) -> *const u8 {
         // SAFETY: inside the peer's lane, 64-aligned.
         unsafe { self.lane_rx.add((slot % LANE_SLOTS) as usize * SLOT) }
@@ -832,11 +837,11 @@ impl ShmLink {
     /// most [`LANE_PAYLOAD`] bytes) arrive as one [`LaneView`], in order with everything
     /// written to this link before and after. False (nothing sent) when the lane cannot take
     /// it now: too long, the reader has not consumed all of the ring yet, the lane is full,
-    /// the peer is gone, or tracing is on. Write it to the ring then.
+    /// or the peer is gone. Write it to the ring then. A traced link stamps it as
+    /// [`LANE_TRACED`] + its length bytes of the stream, between the ring's records.
     #[inline]
     pub fn lane_send(&mut self, meta: [u64; 3], payload: &[u8]) -> bool {
         if payload.len() > LANE_PAYLOAD
-            || self.trace.is_some()
             || !self.ring_quiet()
             || self.peer_closed()
             || self.peer_dead
@@ -871,6 +876,11 @@ impl ShmLink {
                 self.lane_tx_word(slot, 4) as *mut u8,
                 payload.len(),
             );
+            // Stamped before the publish, as in write_small.
+            if let Some(t) = self.trace.as_deref_mut() {
+                let now = crate::trace::now_ns();
+                t.wrote(now, now, LANE_TRACED + payload.len());
+            }
             let seq = AtomicU64::from_ptr(self.lane_tx_word(slot, 0));
             seq.store(
                 (slot.wrapping_add(1) & SLOT_SEQ) | (payload.len() as u64) << 32,
@@ -933,8 +943,12 @@ impl ShmLink {
     /// Hands back the lane slot [`lane_peek`](Self::lane_peek) showed.
     #[inline]
     pub fn lane_consume(&mut self) {
-        if self.lane_next().is_none() {
+        let Some(w) = self.lane_next() else {
             return;
+        };
+        if let Some(t) = self.trace.as_deref_mut() {
+            let len = ((w >> 32) as usize).min(LANE_PAYLOAD);
+            t.read(0, None, crate::trace::now_ns(), LANE_TRACED + len);
         }
         self.lane_rx_tail += 1;
         // The writer looks only when its own count says the lane is full: a store every
