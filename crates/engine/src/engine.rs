@@ -806,7 +806,11 @@ impl Engine {
         else {
             return false;
         };
-        if !link.lane_send(lane_meta(ep, dst_ep, tag, data), payload) {
+        // The lane is for answers (a ping-pong, the steps of a collective): its shorter path
+        // is their latency. A stream of small messages is faster through the ring: Open MPI's
+        // 8-byte message rate over the provider, window 16, 49 against 55 MB/s with every
+        // message in the lane (why is not known: it uses fewer instructions).
+        if !link.answering() || !link.lane_send(lane_meta(ep, dst_ep, tag, data), payload) {
             return false;
         }
         self.core.lane_sent(dst, payload.len());

@@ -45,7 +45,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "SHM_LANE",
         "1",
-        "same-host messages of up to 32 bytes through a lane of fixed slots beside the ring, skipping framing (0: through the ring)",
+        "same-host messages of up to 32 bytes that answer the peer go through a lane of fixed slots beside the ring, unframed (0: through the ring)",
     ),
     (
         "SHM_PREFAULT",
@@ -242,7 +242,8 @@ pub fn report(get: &dyn Fn(&str) -> Option<String>) -> Result<String, crate::Err
     if settings.shm {
         out.push_str("  same-host peers: shared-memory rings (memfd), one per peer pair\n");
         out.push_str(&format!(
-            "  small messages (up to {} bytes) through the lane beside the ring: {}\n",
+            "  small messages (up to {} bytes) answering the peer through the lane beside the \
+             ring: {}\n",
             hx_transport::shm::LANE_PAYLOAD,
             if settings.shm_lane {
                 "on"

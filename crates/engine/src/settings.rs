@@ -73,8 +73,8 @@ pub struct Settings {
     /// HX_SHM_PREFAULT: bytes of shared-memory rings populated ahead of use once busy (see
     /// hx_transport::shm::PrefaultBudget).
     pub shm_prefault: usize,
-    /// HX_SHM_LANE: small messages to a same-host peer go through the shared-memory lane
-    /// (hx_transport::shm, "The lane") when they can, unframed.
+    /// HX_SHM_LANE: small messages answering a same-host peer go through the shared-memory
+    /// lane (hx_transport::shm, "The lane") when they can, unframed.
     pub shm_lane: bool,
 }
 

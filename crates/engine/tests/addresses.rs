@@ -541,8 +541,8 @@ fn done(e: &mut Engine, peer: u32) {
     e.wait(s).unwrap();
 }
 
-/// Small same-host messages go through the lane beside the ring when they can, larger ones
-/// through the ring: a stream of both with one tag (which MPI must not let overtake), received
+/// Small same-host messages that answer the peer go through the lane beside the ring when they
+/// can, the rest through the ring: a stream of both with one tag (which MPI must not let overtake), received
 /// by receives posted ahead, by blocking receives (the express path) and after arriving
 /// unexpected, in any mix, arrives in the order sent with every byte. With HX_SHM_LANE off, the
 /// same stream never uses the lane.
@@ -578,8 +578,8 @@ fn lane_and_ring_messages_keep_their_order() {
                 for r in sends.drain(..) {
                     e.wait(r).unwrap();
                 }
-                // In bursts the lane waits for the reader to have all of the ring; a ping-pong
-                // of small messages takes it every time.
+                // The lane carries answers once the reader has all of the ring: a stream's
+                // messages mostly go through the ring, a ping-pong's through the lane.
                 let before = e.lane_sent(peer);
                 let mut b = [0u8; 32];
                 for k in 0..200u64 {
@@ -589,7 +589,6 @@ fn lane_and_ring_messages_keep_their_order() {
                 }
                 let used = e.lane_sent(peer);
                 if lane {
-                    assert!(before > 0, "no message of the stream used the lane");
                     assert!(used - before >= 190, "{} of 200 pings", used - before);
                 } else {
                     assert_eq!(used, 0, "the lane was used while off");

@@ -30,7 +30,8 @@
 //! reader takes every lane slot before the next ring record: once it sees a record's header
 //! (acquire), it looks at the lane again, since a slot written before that record is visible
 //! by then, and hides the record while a slot is pending. So a lane message sits exactly
-//! between the records written before and after it.
+//! between the records written before and after it. (The engine sends only answers this way:
+//! see `Engine::send_lane`.)
 //!
 //! # Waking without burning a core
 //! While both sides are awake the engine calls `read`/`write_vectored` every progress round
@@ -395,6 +396,9 @@ pub struct ShmLink {
     /// Our ring head when we last saw the reader's tail at it: while it still is our head,
     /// the reader has everything we wrote to the ring, and the lane may be used.
     tx_quiet_at: u64,
+    /// What we had read (ring bytes plus lane slots) when we last sent anything
+    /// ([`answering`](ShmLink::answering)).
+    read_at_last_send: u64,
     /// The last write could not take everything: `arm` must also wake us for room.
     write_blocked: bool,
     /// The setup socket hung up without the peer setting `closed` (process killed).
@@ -483,6 +487,7 @@ impl ShmLink {
             lane_rx_tail: 0,
             lane_rx_published: 0,
             tx_quiet_at: 0,
+            read_at_last_send: 0,
             write_blocked: false,
             peer_dead: false,
             my_efd,
@@ -701,6 +706,7 @@ impl ShmLink {
         self.tx_word(off)
             .store(REC_VALID | len as u64, Ordering::Release);
         self.tx_head = next;
+        self.read_at_last_send = self.read_count();
         self.zero_ahead();
         self.wake_peer();
         if next >= self.tx_populate_at {
@@ -817,6 +823,19 @@ impl ShmLink {
         unsafe { self.lane_rx.add((slot % LANE_SLOTS) as usize * SLOT) }
     }
 
+    /// Has anything come from the peer since we last sent to it (through the ring or the
+    /// lane)? A message sent now answers it, where one sent otherwise continues a stream.
+    #[inline]
+    pub fn answering(&self) -> bool {
+        self.read_count() != self.read_at_last_send
+    }
+
+    /// Ring bytes and lane slots read so far.
+    #[inline]
+    fn read_count(&self) -> u64 {
+        self.rx_tail.wrapping_add(self.lane_rx_tail)
+    }
+
     /// Has the reader consumed everything we wrote to the ring? Re-reads its tail only when
     /// our head moved since we last saw it there.
     #[inline]
@@ -888,6 +907,7 @@ impl ShmLink {
             );
         }
         self.lane_tx_head = slot + 1;
+        self.read_at_last_send = self.read_count();
         self.wake_peer();
         true
     }

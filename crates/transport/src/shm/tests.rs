@@ -655,8 +655,18 @@ fn lane_waits_for_the_reader_and_refuses_what_it_cannot_carry() {
     assert!(!a.lane_send([1; 3], b"x"), "the ring is not read yet");
     assert_eq!(b.read(&mut buf).unwrap(), 4);
     assert!(a.lane_send([2; 3], b"y"), "the reader has all of the ring");
+    // What has come from the peer since we last sent: nothing, then something.
+    assert!(!a.answering());
+    b.write_vectored(&[IoSlice::new(b"?")]).unwrap();
+    assert!(a.read(&mut buf).is_ok() && a.answering());
+    assert!(a.lane_send([2; 3], b"y"));
+    assert!(!a.answering());
+    assert!(b.lane_send([0; 3], b""));
+    assert!(a.lane_peek().unwrap().is_some());
+    a.lane_consume();
+    assert!(a.answering());
     // A full lane refuses; room comes back as the reader consumes.
-    let mut n = 1;
+    let mut n = 2;
     while a.lane_send([3; 3], b"") {
         n += 1;
     }
