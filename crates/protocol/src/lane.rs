@@ -132,18 +132,8 @@ impl<B: Buffer> Core<B> {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Completion, Config, Core, Filter};
-
-    /// Two cores joined by one lossless rail.
-    fn pair() -> (Core<Vec<u8>>, Core<Vec<u8>>) {
-        let mut a = Core::new(0, 2, Config::default());
-        let mut b = Core::new(1, 2, Config::default());
-        a.set_rails(1, 1);
-        b.set_rails(0, 1);
-        a.set_lossless(1, true);
-        b.set_lossless(0, true);
-        (a, b)
-    }
+    use crate::tx::inline_tests::pair;
+    use crate::{Completion, Filter};
 
     #[test]
     fn the_lane_only_when_a_framed_message_could_leave_at_once() {

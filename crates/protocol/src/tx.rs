@@ -1828,13 +1828,13 @@ mod pull_tests {
 }
 
 #[cfg(test)]
-mod inline_tests {
+pub(crate) mod inline_tests {
     use super::*;
     use crate::Config;
     use hx_wire::MIN_HEADER_LEN;
 
     /// Two cores joined by one lossless rail.
-    fn pair() -> (Core<Vec<u8>>, Core<Vec<u8>>) {
+    pub(crate) fn pair() -> (Core<Vec<u8>>, Core<Vec<u8>>) {
         let mut a = Core::new(0, 2, Config::default());
         let mut b = Core::new(1, 2, Config::default());
         a.set_rails(1, 1);

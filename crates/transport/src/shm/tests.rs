@@ -562,6 +562,29 @@ fn take(b: &mut ShmLink) -> Took {
     Took::Ring(r)
 }
 
+/// A message as the ordering tests write it to the ring: index, length, payload.
+fn ring_message(i: u64, payload: &[u8]) -> Vec<u8> {
+    let mut rec = i.to_le_bytes().to_vec();
+    rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    rec.extend_from_slice(payload);
+    rec
+}
+
+/// Takes the whole [`ring_message`]s off the front of `stream` (what the ring brought so far).
+fn whole_ring_messages(stream: &mut Vec<u8>) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    while stream.len() >= 12 {
+        let i = u64::from_le_bytes(stream[..8].try_into().unwrap());
+        let len = u32::from_le_bytes(stream[8..12].try_into().unwrap()) as usize;
+        if stream.len() < 12 + len {
+            break;
+        }
+        out.push((i, stream[12..12 + len].to_vec()));
+        stream.drain(..12 + len);
+    }
+    out
+}
+
 #[test]
 fn lane_messages_keep_their_place_among_ring_records() {
     // Messages of random sizes: small ones try the lane first, the rest (and those the lane
@@ -600,9 +623,7 @@ fn lane_messages_keep_their_place_among_ring_records() {
             if a.lane_send([i as u64, !(i as u64), 7], &msg) {
                 lane += 1;
             } else {
-                let mut rec = (i as u64).to_le_bytes().to_vec();
-                rec.extend_from_slice(&(len as u32).to_le_bytes());
-                rec.extend_from_slice(&msg);
+                let mut rec = ring_message(i as u64, &msg);
                 match a.write_vectored(&[IoSlice::new(&rec)]) {
                     Ok(n) => rest = rec.split_off(n),
                     Err(e) if e.kind() == ErrorKind::WouldBlock => rest = rec,
@@ -621,15 +642,9 @@ fn lane_messages_keep_their_place_among_ring_records() {
                 }
                 Took::Ring(r) => {
                     stream.extend_from_slice(&r);
-                    while stream.len() >= 12 {
-                        let i = u64::from_le_bytes(stream[..8].try_into().unwrap());
-                        let len = u32::from_le_bytes(stream[8..12].try_into().unwrap()) as usize;
-                        if stream.len() < 12 + len {
-                            break;
-                        }
+                    for (i, m) in whole_ring_messages(&mut stream) {
                         assert_eq!(i as usize, got.len(), "ring message out of order");
-                        got.push(stream[12..12 + len].to_vec());
-                        stream.drain(..12 + len);
+                        got.push(m);
                     }
                 }
                 Took::Nothing => break,
@@ -744,10 +759,7 @@ fn lane_and_ring_keep_order_between_threads() {
                 lane += 1;
                 continue;
             }
-            let len: u32 = if big { 200 } else { 0 };
-            let mut rec = i.to_le_bytes().to_vec();
-            rec.extend_from_slice(&len.to_le_bytes());
-            rec.resize(12 + len as usize, i as u8);
+            let rec = ring_message(i, &vec![i as u8; if big { 200 } else { 0 }]);
             let mut at = 0;
             while at < rec.len() {
                 match a.write_vectored(&[IoSlice::new(&rec[at..])]) {
@@ -772,15 +784,9 @@ fn lane_and_ring_keep_order_between_threads() {
             }
             Took::Ring(r) => {
                 stream.extend_from_slice(&r);
-                while stream.len() >= 12 {
-                    let i = u64::from_le_bytes(stream[..8].try_into().unwrap());
-                    let len = u32::from_le_bytes(stream[8..12].try_into().unwrap()) as usize;
-                    if stream.len() < 12 + len {
-                        break;
-                    }
+                for (i, m) in whole_ring_messages(&mut stream) {
                     assert_eq!(i, next, "ring message out of order");
-                    assert!(stream[12..12 + len].iter().all(|&x| x == i as u8));
-                    stream.drain(..12 + len);
+                    assert!(m.iter().all(|&x| x == i as u8));
                     next += 1;
                 }
             }
