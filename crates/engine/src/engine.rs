@@ -189,6 +189,21 @@ fn ep_not_open(ep: EpId) -> Error {
     Error::Invalid(format!("endpoint {ep} is not open"))
 }
 
+/// The shared-memory link of `rail` to `peer`, for its lane (None for other links).
+#[inline]
+fn shm_link(
+    peers: &mut [crate::conn::PeerSlot],
+    peer: Rank,
+    rail: usize,
+) -> Option<&mut shm::ShmLink> {
+    peers
+        .get_mut(peer as usize)
+        .filter(|p| p.shm)
+        .and_then(|p| p.rails.get_mut(rail))
+        .and_then(|r| r.link.as_mut())
+        .and_then(|l| l.shm())
+}
+
 /// A lane message's words (hx_transport::shm, "The lane"): the endpoints and whether
 /// immediate data comes, the tag, the data.
 #[inline]
@@ -524,12 +539,7 @@ impl Engine {
 
     /// Messages sent to `peer` through its shared-memory lane so far (0 for other peers).
     pub fn lane_sent(&mut self, peer: Rank) -> u64 {
-        self.peers
-            .get_mut(peer as usize)
-            .and_then(|p| p.rails.first_mut())
-            .and_then(|r| r.link.as_mut())
-            .and_then(|l| l.shm())
-            .map_or(0, |l| l.lane_sent())
+        shm_link(&mut self.peers, peer, 0).map_or(0, |l| l.lane_sent())
     }
 
     /// Bytes written so far on each rail to `peer`.
@@ -796,14 +806,7 @@ impl Engine {
         if !self.core.lane_ok(dst, payload.len()) {
             return false;
         }
-        let Some(link) = self
-            .peers
-            .get_mut(dst as usize)
-            .filter(|p| p.shm)
-            .and_then(|p| p.rails.first_mut())
-            .and_then(|r| r.link.as_mut())
-            .and_then(|l| l.shm())
-        else {
+        let Some(link) = shm_link(&mut self.peers, dst, 0) else {
             return false;
         };
         // The lane is for answers (a ping-pong, the steps of a collective): its shorter path
@@ -823,12 +826,7 @@ impl Engine {
     fn drain_lane(&mut self, peer: Rank, rail: usize) -> usize {
         let mut work = 0;
         loop {
-            let Some(link) = self.peers[peer as usize]
-                .rails
-                .get_mut(rail)
-                .and_then(|r| r.link.as_mut())
-                .and_then(|l| l.shm())
-            else {
+            let Some(link) = shm_link(&mut self.peers, peer, rail) else {
                 return work;
             };
             match link.lane_peek() {
