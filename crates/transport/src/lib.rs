@@ -45,7 +45,7 @@ impl Doorbell {
     ///
     /// # Safety
     /// The link it came from has not been read, written, dropped or otherwise touched since
-    /// [`Link::doorbell`] returned it.
+    /// [`Link::doorbells`] gave it.
     #[inline]
     pub unsafe fn rung(&self) -> bool {
         (*self.word).load(Ordering::Acquire) != self.quiet
