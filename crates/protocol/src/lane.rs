@@ -17,19 +17,9 @@ impl<B: Buffer> Core<B> {
     /// core holds for the peer would have gone first.
     #[inline]
     pub fn lane_ok(&self, peer: Rank, len: usize) -> bool {
-        if peer == self.me || len > self.cfg.eager_limit {
-            return false;
-        }
-        let Some(p) = self.peers.get(peer as usize) else {
-            return false;
-        };
-        let cost = len as u64 + crate::EAGER_OVERHEAD;
-        matches!(&p.rails[..], [r] if r.up && r.tx.is_empty())
-            && p.lossless
-            && p.failed.is_none()
-            && p.parked.is_empty()
-            && p.pull_q.is_empty()
-            && p.credit_used + cost <= self.cfg.eager_credits as u64 + p.credit_granted
+        self.leaves_at_once(peer, len)
+            && self.peers[peer as usize].lossless
+            && matches!(&self.peers[peer as usize].rails[..], [r] if r.up)
     }
 
     /// A message that [`lane_ok`](Self::lane_ok) allowed went through the lane: its credit.

@@ -124,6 +124,26 @@ impl TxItem {
 }
 
 impl<B: Buffer> Core<B> {
+    /// May a small eager message of `len` bytes to `peer` leave now, ahead of nothing: a known
+    /// peer that has not failed, nothing queued, parked or to be pulled for it, and eager
+    /// credit left (what [`inline_start`](Self::inline_start) and [`lane_ok`](Self::lane_ok)
+    /// both need).
+    #[inline]
+    pub(crate) fn leaves_at_once(&self, peer: Rank, len: usize) -> bool {
+        if peer == self.me || len > self.cfg.eager_limit {
+            return false;
+        }
+        let Some(p) = self.peers.get(peer as usize) else {
+            return false;
+        };
+        let cost = len as u64 + crate::EAGER_OVERHEAD;
+        p.failed.is_none()
+            && p.parked.is_empty()
+            && p.pull_q.is_empty()
+            && p.rails.iter().all(|r| r.tx.is_empty())
+            && p.credit_used + cost <= self.cfg.eager_credits as u64 + p.credit_granted
+    }
+
     /// Does `rail` to `peer` have bytes to write (queued, or data it may pull)?
     pub fn tx_pending(&self, peer: Rank, rail: usize) -> bool {
         let p = &self.peers[peer as usize];
@@ -146,22 +166,10 @@ impl<B: Buffer> Core<B> {
         data: Option<u64>,
         len: usize,
     ) -> Option<(usize, InlineHeader)> {
-        if peer == self.me || len > self.cfg.eager_limit {
+        if !self.leaves_at_once(peer, len) {
             return None;
         }
-        let credits = self.cfg.eager_credits as u64;
         let cost = len as u64 + crate::EAGER_OVERHEAD;
-        {
-            let p = self.peers.get(peer as usize)?;
-            if p.failed.is_some()
-                || !p.parked.is_empty()
-                || !p.pull_q.is_empty()
-                || p.rails.iter().any(|r| !r.tx.is_empty())
-                || p.credit_used + cost > credits + p.credit_granted
-            {
-                return None;
-            }
-        }
         let p = &self.peers[peer as usize];
         let rail = match &p.rails[..] {
             // A shared-memory peer's only rail: every policy's choice (see pick_rail_for).
