@@ -752,9 +752,50 @@ impl Engine {
         Ok(self.send_inline(ep, dst, dst_ep, tag, data, payload))
     }
 
-    /// A small message to a shared-memory peer with nothing queued goes straight into the ring
-    /// (no request, queue or flush: most of a small send's instructions). False if it must take
-    /// the queued path; true if it left (or, the ring being full, was queued as a copy).
+    /// [`send_now`](Self::send_now)'s first try alone: the lane (a small answer to a same-host
+    /// peer). It touches nothing but the lane and the core's eager credit (no link is opened,
+    /// closed or flushed, nothing is queued), so what a caller learnt of the engine's links and
+    /// queues (their doorbells, [`express_possible`](Self::express_possible)) still holds.
+    /// False: nothing happened; [`send_now_framed`](Self::send_now_framed) tries the rest.
+    #[inline]
+    pub fn send_now_lane(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> bool {
+        self.lane_allowed(payload.len())
+            && self.ep_open(ep)
+            && self.send_lane(ep, dst, dst_ep, tag, data, payload)
+    }
+
+    /// [`send_now`](Self::send_now) without the lane (after
+    /// [`send_now_lane`](Self::send_now_lane) said no).
+    pub fn send_now_framed(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> Result<bool, Error> {
+        self.check_ep(ep)?;
+        Ok(self.send_framed_inline(ep, dst, dst_ep, tag, data, payload))
+    }
+
+    #[inline]
+    fn lane_allowed(&self, len: usize) -> bool {
+        len <= shm::LANE_PAYLOAD && self.settings.shm_lane
+    }
+
+    /// A small message to a shared-memory peer with nothing queued goes through the lane or
+    /// straight into the ring (no request, queue or flush: most of a small send's
+    /// instructions). False if it must take the queued path; true if it left (or, the ring
+    /// being full, was queued as a copy).
     fn send_inline(
         &mut self,
         ep: EpId,
@@ -764,12 +805,21 @@ impl Engine {
         data: Option<u64>,
         payload: &[u8],
     ) -> bool {
-        if payload.len() <= shm::LANE_PAYLOAD
-            && self.settings.shm_lane
-            && self.send_lane(ep, dst, dst_ep, tag, data, payload)
-        {
-            return true;
-        }
+        (self.lane_allowed(payload.len()) && self.send_lane(ep, dst, dst_ep, tag, data, payload))
+            || self.send_framed_inline(ep, dst, dst_ep, tag, data, payload)
+    }
+
+    /// [`send_inline`](Self::send_inline) past the lane: the message framed, straight into
+    /// the rail.
+    fn send_framed_inline(
+        &mut self,
+        ep: EpId,
+        dst: Rank,
+        dst_ep: EpId,
+        tag: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> bool {
         let Some((rail, hdr)) = self
             .core
             .inline_start(dst, ep, dst_ep, tag, data, payload.len())
@@ -1283,50 +1333,13 @@ impl Engine {
             if self.core.tx_pending(p, r) {
                 self.flush_rail(p, r);
             }
+            // The lane first: its message comes before the ring's next record.
+            if let Some(x) = self.lane_take(p, r, ep, filter, buf) {
+                return x;
+            }
             let Some(link) = self.peers[p as usize].rails[r].link.as_mut() else {
                 continue;
             };
-            // The lane first: its message comes before the ring's next record.
-            if let Some(l) = link.shm() {
-                match l.lane_peek() {
-                    Ok(Some(v)) => {
-                        let (src_ep, dst_ep, tag, data) = lane_envelope(&v.meta);
-                        let len = v.payload.len();
-                        if !self.core.lane_express(
-                            p,
-                            src_ep,
-                            dst_ep,
-                            tag,
-                            len,
-                            ep,
-                            filter,
-                            buf.len(),
-                        ) {
-                            return Express::Other;
-                        }
-                        buf[..len].copy_from_slice(v.payload);
-                        l.lane_consume();
-                        // (A lane message is matched before its read is stamped: the slot is
-                        // the peer's again once consumed.)
-                        if hx_transport::trace::active() {
-                            self.trace_parsed(p, r);
-                        }
-                        // An eager credit may be due.
-                        self.flush_dirty();
-                        return Express::Taken(Status {
-                            source: p,
-                            src_ep,
-                            tag,
-                            len,
-                            truncated: false,
-                            data,
-                        });
-                    }
-                    Ok(None) => {}
-                    // A full round reports it.
-                    Err(_) => return Express::Other,
-                }
-            }
             let bytes = match link.poll_peek() {
                 Peeked::Bytes(b) => b,
                 Peeked::Nothing => continue,
@@ -1349,6 +1362,70 @@ impl Engine {
             }
             _ => Express::Empty,
         }
+    }
+
+    /// An express receive's shortest path ([`try_recv_express`](Self::try_recv_express)
+    /// with nothing else to look at): a receive on `ep` that names `peer`, a same-host peer,
+    /// takes the message waiting in its lane. `None` when the lane is empty or something
+    /// else could come first (then make the full look): no pass over every ring, no look at
+    /// the ring itself (the lane's message comes before its next record).
+    #[inline]
+    pub fn try_lane_express(
+        &mut self,
+        peer: Rank,
+        ep: EpId,
+        filter: Filter,
+        buf: &mut [u8],
+    ) -> Option<Express> {
+        if !self.core.ep_quiet(ep) || self.core.tx_pending(peer, 0) {
+            return None;
+        }
+        self.lane_take(peer, 0, ep, filter, buf)
+    }
+
+    /// The lane beside `rail` of `peer` for an express receive: its message into `buf` if the
+    /// receive takes it (`Taken`), `Other` if not (a full round hands it to the core) or the
+    /// lane is broken (a full round reports it); `None` when it is empty or not there.
+    #[inline(always)]
+    fn lane_take(
+        &mut self,
+        peer: Rank,
+        rail: usize,
+        ep: EpId,
+        filter: Filter,
+        buf: &mut [u8],
+    ) -> Option<Express> {
+        let l = shm_link(&mut self.peers, peer, rail)?;
+        let v = match l.lane_peek() {
+            Ok(Some(v)) => v,
+            Ok(None) => return None,
+            Err(_) => return Some(Express::Other),
+        };
+        let (src_ep, dst_ep, tag, data) = lane_envelope(&v.meta);
+        let len = v.payload.len();
+        if !self
+            .core
+            .lane_express(peer, src_ep, dst_ep, tag, len, ep, filter, buf.len())
+        {
+            return Some(Express::Other);
+        }
+        buf[..len].copy_from_slice(v.payload);
+        l.lane_consume();
+        // (A lane message is matched before its read is stamped: the slot is the peer's again
+        // once consumed.)
+        if hx_transport::trace::active() {
+            self.trace_parsed(peer, rail);
+        }
+        // An eager credit may be due.
+        self.flush_dirty();
+        Some(Express::Taken(Status {
+            source: peer,
+            src_ep,
+            tag,
+            len,
+            truncated: false,
+            data,
+        }))
     }
 
     /// One read of each connected socket rail of `peer` for an express receive: a small message

@@ -661,3 +661,110 @@ fn lane_and_ring_messages_keep_their_order() {
         });
     }
 }
+
+/// The provider's shortest paths: `send_now_lane` (answers only, nothing but the lane) and
+/// `try_lane_express` (the named peer's lane alone). A lane message the filter does not take
+/// is left for the full path, an empty lane never hides a ring message behind it, and order
+/// holds across both.
+#[test]
+fn the_lane_alone_sends_answers_and_serves_them_in_order() {
+    use hx_engine::{Express, Filter};
+    let s = settings(true, 1);
+    pair(s, true, |i, e, peer| {
+        let peer = peer.unwrap();
+        let rounds = 300u64;
+        if i == 0 {
+            // Not connected yet, and nothing has come from the peer: no lane.
+            assert!(!e.send_now_lane(1, peer, 1, 0, None, b"first"));
+            e.send(1, peer, 1, 0, b"first").unwrap();
+            // Connected now, but still nothing to answer: a stream's message is framed.
+            assert!(!e.send_now_lane(1, peer, 1, 0, None, b"second"));
+            assert!(e.send_now_framed(1, peer, 1, 0, None, b"second").unwrap());
+            let mut lane = 0;
+            let mut b = [0u8; 64];
+            for k in 1..=rounds {
+                let st = e.recv(1, Some(peer), Some(k), &mut b).unwrap();
+                assert!(b[..st.len] == pattern(k, st.len));
+                let answer = pattern(k + 1, (k % 33) as usize);
+                if e.send_now_lane(1, peer, 1, k, Some(k), &answer) {
+                    lane += 1;
+                } else {
+                    e.send(1, peer, 1, k, &answer).unwrap();
+                }
+            }
+            // (An answer that went framed stays in the ring until the receiver's next full
+            // look publishes its tail, and the lane waits for that: the receiver here looks at
+            // the lane alone for a while first.)
+            assert!(
+                lane > rounds / 2,
+                "{lane} of {rounds} answers through the lane"
+            );
+            // A message the receiver's filter does not take, then one it does.
+            let mut go = [0u8; 1];
+            e.recv(1, Some(peer), Some(u64::MAX), &mut go).unwrap();
+            assert!(e.send_now_lane(1, peer, 1, 7_000, None, b"not yours yet"));
+            e.send(1, peer, 1, 7_001, &pattern(7_001, 20_000)).unwrap();
+            return;
+        }
+        let mut b = [0u8; 64];
+        // Looks at the lane alone for a while (a round would drain it into the core).
+        let express = |e: &mut Engine, tag: u64, b: &mut [u8]| {
+            let filter = Filter::new(Some(peer), Some(tag));
+            let until = std::time::Instant::now() + Duration::from_millis(50);
+            while std::time::Instant::now() < until {
+                match e.try_lane_express(peer, 1, filter, b) {
+                    Some(Express::Taken(st)) => return Some(st),
+                    Some(_) => return None,
+                    None => std::hint::spin_loop(),
+                }
+            }
+            None
+        };
+        // The first two came framed: the lane never shows them.
+        assert!(express(e, 0, &mut b).is_none());
+        for first in [&b"first"[..], b"second"] {
+            let st = e.recv(1, Some(peer), Some(0), &mut b).unwrap();
+            assert_eq!(&b[..st.len], first);
+        }
+        let mut served = 0;
+        for k in 1..=rounds {
+            e.send(1, peer, 1, k, &pattern(k, 8)).unwrap();
+            let st = match express(e, k, &mut b) {
+                Some(st) => {
+                    served += 1;
+                    st
+                }
+                None => e.recv(1, Some(peer), Some(k), &mut b).unwrap(),
+            };
+            assert_eq!((st.source, st.tag), (peer, k));
+            // Through the lane with the index as immediate data; framed by `send` without.
+            assert!(
+                st.data.is_none_or(|d| d == k),
+                "round {k}: data {:?}",
+                st.data
+            );
+            assert!(
+                b[..st.len] == pattern(k + 1, (k % 33) as usize),
+                "round {k}"
+            );
+        }
+        assert!(
+            served > rounds / 2,
+            "{served} of {rounds} served from the lane"
+        );
+        e.send(1, peer, 1, u64::MAX, b"g").unwrap();
+        // Tag 7000 waits in the lane; a receive for 7001 must not take it, nor pass it.
+        let mut big = vec![0u8; 20_000];
+        loop {
+            match e.try_lane_express(peer, 1, Filter::new(Some(peer), Some(7_001)), &mut big) {
+                Some(Express::Other) => break,
+                Some(Express::Taken(st)) => panic!("took {st:?} past the lane's message"),
+                _ => e.progress().unwrap(),
+            }
+        }
+        let st = e.recv(1, Some(peer), Some(7_001), &mut big).unwrap();
+        assert!(big[..st.len] == pattern(7_001, 20_000));
+        let st = e.recv(1, Some(peer), Some(7_000), &mut b).unwrap();
+        assert_eq!(&b[..st.len], b"not yours yet");
+    });
+}

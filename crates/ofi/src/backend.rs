@@ -355,6 +355,13 @@ pub trait Backend: Send {
     fn idle(&self) -> bool {
         false
     }
+    /// A CQ read's first look, before [`poll_express`](Self::poll_express): the first of the
+    /// receives the backend holds, served at once when its message is there by the shortest
+    /// path the backend has (the engine's: a same-host peer's lane). `None`: look with
+    /// `poll_express`.
+    fn serve_first(&mut self) -> Option<Served> {
+        None
+    }
     /// A CQ read's poll: looks for the receives the backend holds rather than posts, if any,
     /// and serves up to `room` of them in order into `out`. `Progress` when it is not
     /// [`idle`](Self::idle), holds none, or something else needs a round (which the next

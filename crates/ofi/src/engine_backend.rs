@@ -194,13 +194,19 @@ pub struct EngineBackend {
     /// rings it looked at (Engine::express_watch). While none rings, the next looks answer
     /// without the engine (an idle poll of Open MPI's receive loop: 484 -> 340 instructions).
     /// Any mutable use of the engine ([`eng_mut`](Self::eng_mut)) drops the watch, so its
-    /// pointers are only read while their links are untouched.
+    /// pointers are only read while their links are untouched; a lane send
+    /// ([`Engine::send_now_lane`]) keeps it, as it opens, closes and flushes no link (and
+    /// what it wrote is the peer's to read, not ours).
     watch_op: Option<OpId>,
     watch: Vec<hx_engine::Doorbell>,
     /// The (engine endpoint, named source) the last parked receive was found possible for
     /// ([`Engine::express_possible`]), until the next mutable use of the engine
     /// ([`eng_mut`](Self::eng_mut)): what it looked at cannot have changed, so the next
-    /// receive of a window, posted behind it, skips the look.
+    /// receive of a window, posted behind it, skips the look. A lane send
+    /// ([`Engine::send_now_lane`]) and a receive served from the lane
+    /// ([`serve_from_lane`](Self::serve_from_lane)) keep it: they leave the endpoint as quiet
+    /// as it was, and a peer that fails meanwhile is found as after any parking (the next
+    /// round unparks).
     possible: Option<(u16, Option<Rank>)>,
     /// An idle poll has been answered by the watch (said once, at debug level).
     watch_logged: bool,
@@ -520,11 +526,7 @@ impl EngineBackend {
                 Express::Taken(st) => {
                     self.parked.pop_front();
                     if !self.parked_behind_logged && !self.parked.is_empty() {
-                        self.parked_behind_logged = true;
-                        tracing::debug!(
-                            "hxcomm: receives were held at once, the first served from shared \
-                             memory"
-                        );
+                        self.log_served();
                     }
                     let src = Some(self.peer_id(st.source, fi_ep(st.src_ep)));
                     out.push(Served {
@@ -553,10 +555,74 @@ impl EngineBackend {
             }
         }
         if !self.parked_logged {
+            self.log_served();
+        }
+        Look::Served
+    }
+
+    /// Says once (debug level) that a parked receive was served, and once that one was with
+    /// more held behind it (just served: the rest are still parked).
+    #[cold]
+    fn log_served(&mut self) {
+        if !self.parked_logged {
             self.parked_logged = true;
             tracing::debug!("hxcomm: a receive was served straight from shared memory");
         }
-        Look::Served
+        if !self.parked_behind_logged && !self.parked.is_empty() {
+            self.parked_behind_logged = true;
+            tracing::debug!(
+                "hxcomm: receives were held at once, the first served from shared memory"
+            );
+        }
+    }
+
+    /// The shortest poll ([`Engine::try_lane_express`]): the first parked receive names a
+    /// same-host peer whose lane holds its message. Only when nothing else is owed, failed or
+    /// finished and no full round is due; `None` otherwise and when the lane is empty (then
+    /// the poll looks as before). It skips [`poll_parked`](Self::poll_parked)'s look at every
+    /// ring, its watch and its batch: a quarter of the provider's instructions on Open MPI's
+    /// receive of a same-host answer.
+    #[inline]
+    fn serve_from_lane(&mut self) -> Option<Served> {
+        if self.owed.is_some()
+            || !self.failed.is_empty()
+            || self.lonely_polls > 0
+            || self.parked_polls + 1 >= PARKED_FULL_ROUND
+        {
+            return None;
+        }
+        let p = self.parked.front()?;
+        let (op, ep, filter, ptr, len) = (p.op, p.ep, p.filter, p.ptr, p.len);
+        let src = filter.src?;
+        let engine = self.engine.as_mut()?;
+        if engine.has_finished() {
+            return None;
+        }
+        let buf: &mut [u8] = if len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the receive's buffer, valid until it completes or is cancelled
+            // (fi_trecv's contract).
+            unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) }
+        };
+        let Some(Express::Taken(st)) = engine.try_lane_express(src, ep, filter, buf) else {
+            return None;
+        };
+        // The watch was for this receive. `possible` still holds: the endpoint is as quiet as
+        // before, the peer as alive.
+        self.watch_op = None;
+        self.parked_polls += 1;
+        self.parked.pop_front();
+        if !self.parked_logged || (!self.parked_behind_logged && !self.parked.is_empty()) {
+            self.log_served();
+        }
+        Some(Served {
+            op,
+            len: st.len,
+            tag: st.tag,
+            data: st.data,
+            src: Some(self.peer_id(st.source, fi_ep(st.src_ep))),
+        })
     }
 
     /// May the parked receives stay parked after a round? Not once a message is queued on
@@ -1148,8 +1214,18 @@ impl Backend for EngineBackend {
 
     fn inject_now(&mut self, to: &SendTo, data: &[u8]) -> Result<bool, BackendError> {
         let r = self.route(to)?;
+        // Through the lane, the engine keeps what the watch and `possible` rely on (see
+        // Engine::send_now_lane): the next receive need not look at the engine again, nor
+        // the next idle poll.
+        if self
+            .engine
+            .as_mut()
+            .is_some_and(|e| e.send_now_lane(r.ep, r.rank, r.dst_ep, r.tag, to.data, data))
+        {
+            return Ok(true);
+        }
         self.eng_mut()
-            .send_now(r.ep, r.rank, r.dst_ep, r.tag, to.data, data)
+            .send_now_framed(r.ep, r.rank, r.dst_ep, r.tag, to.data, data)
             .map_err(|e| err(FI_EINVAL, e))
     }
 
@@ -1356,6 +1432,10 @@ impl Backend for EngineBackend {
                 Polled::Progress
             }
         }
+    }
+
+    fn serve_first(&mut self) -> Option<Served> {
+        self.serve_from_lane()
     }
 
     fn take_lonely_polls(&mut self) -> u32 {
