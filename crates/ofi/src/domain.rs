@@ -420,16 +420,8 @@ impl DomainShared {
         if room == 0 || !cq.queue_empty() {
             return drive_read_round(st, cq, true);
         }
-        if self.state.is_serial() {
-            let answered = self.idle.answered.load(Ordering::Relaxed);
-            if answered > 0 {
-                self.idle.answered.store(0, Ordering::Relaxed);
-                st.backend.idle_reads(answered);
-                if !st.idle_logged {
-                    st.idle_logged = true;
-                    tracing::debug!("hxcomm: idle CQ reads were answered without the domain");
-                }
-            }
+        if self.state.is_serial() && self.idle.answered.load(Ordering::Relaxed) > 0 {
+            self.count_idle_reads(st);
         }
         // The shortest path first: one receive, by value, no batch.
         if let Some(s) = st.backend.serve_first() {
@@ -438,6 +430,31 @@ impl DomainShared {
                 false => Drive::Queue,
             });
         }
+        self.poll_read(st, cq, room, emit)
+    }
+
+    /// Tells the backend of the reads the [`IdleWatch`] answered since the last that looked.
+    #[inline(never)]
+    fn count_idle_reads(&self, st: &mut DomainState) {
+        let answered = self.idle.answered.swap(0, Ordering::Relaxed);
+        st.backend.idle_reads(answered);
+        if !st.idle_logged {
+            st.idle_logged = true;
+            tracing::debug!("hxcomm: idle CQ reads were answered without the domain");
+        }
+    }
+
+    /// [`read_drive`](Self::read_drive) past the shortest path: the backend's poll for the
+    /// receives it holds, a batch of them served, or nothing, or a round. Out of line, so the
+    /// shortest path stays short.
+    #[inline(never)]
+    fn poll_read(
+        &self,
+        st: &mut DomainState,
+        cq: &CqShared,
+        room: usize,
+        mut emit: impl FnMut(usize, &CqFields, Option<(&AvShared, PeerId)>),
+    ) -> Result<Drive, i32> {
         let mut served = std::mem::take(&mut st.served);
         served.clear();
         match st.backend.poll_express(room, &mut served) {

@@ -960,21 +960,29 @@ impl ShmLink {
         }
     }
 
-    /// Hands back the lane slot [`lane_peek`](Self::lane_peek) showed.
+    /// Hands back the lane slot [`lane_peek`](Self::lane_peek) showed (only after it showed
+    /// one: the slot is not looked at again, on the small message's path).
     #[inline]
     pub fn lane_consume(&mut self) {
-        let Some(w) = self.lane_next() else {
-            return;
-        };
-        if let Some(t) = self.trace.as_deref_mut() {
-            let len = ((w >> 32) as usize).min(LANE_PAYLOAD);
-            t.read(0, None, crate::trace::now_ns(), LANE_TRACED + len);
+        debug_assert!(self.lane_next().is_some(), "lane_consume without a message");
+        if self.trace.is_some() {
+            self.trace_lane_read();
         }
         self.lane_rx_tail += 1;
         // The writer looks only when its own count says the lane is full: a store every
         // quarter lane keeps it from seeing it full for long.
         if self.lane_rx_tail - self.lane_rx_published >= LANE_SLOTS / 4 {
             self.publish_lane_tail();
+        }
+    }
+
+    #[cold]
+    fn trace_lane_read(&mut self) {
+        let len = self
+            .lane_next()
+            .map_or(0, |w| ((w >> 32) as usize).min(LANE_PAYLOAD));
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.read(0, None, crate::trace::now_ns(), LANE_TRACED + len);
         }
     }
 
