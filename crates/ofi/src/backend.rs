@@ -357,9 +357,9 @@ pub trait Backend: Send {
     }
     /// A CQ read's first look, before [`poll_express`](Self::poll_express): the first of the
     /// receives the backend holds, served at once when its message is there by the shortest
-    /// path the backend has (the engine's: a same-host peer's lane). `None`: look with
-    /// `poll_express`.
-    fn serve_first(&mut self) -> Option<Served> {
+    /// path the backend has (the engine's: a same-host peer's lane), and whether the backend
+    /// is then [`idle`](Self::idle). `None`: look with `poll_express`.
+    fn serve_first(&mut self) -> Option<(Served, bool)> {
         None
     }
     /// A CQ read's poll: looks for the receives the backend holds rather than posts, if any,

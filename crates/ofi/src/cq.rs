@@ -11,7 +11,7 @@ use crate::util::*;
 use libc::{c_char, c_int, c_void};
 use std::collections::VecDeque;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,11 @@ pub struct CqShared {
     /// The last read returned entries: consumers read again until -FI_EAGAIN (Open MPI's
     /// progress loop does), and that read need not poll the sockets it just polled.
     just_delivered: AtomicBool,
+    /// Under FI_THREAD_DOMAIN: the domain state's generation when a read served a receive and
+    /// left the backend idle and this queue empty. Until anyone takes the state again, the
+    /// read that follows has nothing to find: it answers -FI_EAGAIN from here (in Open MPI's
+    /// progress loop, between the completion and MPI_Recv's return).
+    served_idle: AtomicU64,
 }
 
 impl Drop for CqShared {
@@ -137,7 +142,13 @@ impl CqShared {
             bound: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             just_delivered: AtomicBool::new(false),
+            served_idle: AtomicU64::new(0),
         }))
+    }
+
+    /// See `served_idle` (called under the state, FI_THREAD_DOMAIN).
+    pub(crate) fn served_idle_at(&self, generation: u64) {
+        self.served_idle.store(generation, Ordering::Relaxed);
     }
 
     /// No entry is queued (see `queued`).
@@ -162,6 +173,7 @@ impl CqShared {
     ///
     /// # Safety
     /// `buf` has room for `count` entries of our format; `src` is NULL or has room for `count`.
+    #[inline]
     pub unsafe fn read(
         &self,
         buf: *mut c_void,
@@ -175,9 +187,29 @@ impl CqShared {
         let delivered_last = self.just_delivered.load(Ordering::Relaxed);
         if delivered_last {
             self.just_delivered.store(false, Ordering::Relaxed);
+            // (Generations start at 1: 0 is never current.)
+            if self.served_idle.load(Ordering::Relaxed) == self.domain.state.generation()
+                && self.domain.state.is_serial()
+                && self.queue_empty()
+            {
+                return Err(FI_EAGAIN);
+            }
         } else if self.domain.quiet(self) {
             return Err(FI_EAGAIN);
         }
+        self.read_drive(buf, count, src, delivered_last)
+    }
+
+    /// [`read`](Self::read) past its answers without the domain: out of line, so that those
+    /// (an idle poll, the read after a delivery) need no stack frame of this size.
+    #[inline(never)]
+    unsafe fn read_drive(
+        &self,
+        buf: *mut c_void,
+        count: usize,
+        src: *mut fi_addr_t,
+        delivered_last: bool,
+    ) -> Result<usize, i32> {
         let format = self.format;
         let drive = self
             .domain

@@ -424,11 +424,14 @@ impl DomainShared {
             self.count_idle_reads(st);
         }
         // The shortest path first: one receive, by value, no batch.
-        if let Some(s) = st.backend.serve_first() {
-            return Ok(match emit_served(st, cq, s, 0, &mut emit) {
-                true => Drive::Served(1),
-                false => Drive::Queue,
-            });
+        if let Some((s, idle)) = st.backend.serve_first() {
+            if !emit_served(st, cq, s, 0, &mut emit) {
+                return Ok(Drive::Queue);
+            }
+            if idle && self.state.is_serial() && cq.queue_empty() {
+                cq.served_idle_at(self.state.generation());
+            }
+            return Ok(Drive::Served(1));
         }
         self.poll_read(st, cq, room, emit)
     }

@@ -582,8 +582,10 @@ impl EngineBackend {
     /// the poll looks as before). It skips [`poll_parked`](Self::poll_parked)'s look at every
     /// ring, its watch and its batch: a quarter of the provider's instructions on Open MPI's
     /// receive of a same-host answer.
+    /// Also says whether the backend is [`idle`](Backend::idle) after it (nothing failed
+    /// meanwhile: only unparking fails receives).
     #[inline]
-    fn serve_from_lane(&mut self) -> Option<Served> {
+    fn serve_from_lane(&mut self) -> Option<(Served, bool)> {
         if self.owed.is_some()
             || !self.failed.is_empty()
             || self.lonely_polls > 0
@@ -608,6 +610,7 @@ impl EngineBackend {
         let Some(Express::Taken(st)) = engine.try_lane_express(src, ep, filter, buf) else {
             return None;
         };
+        let idle = !engine.has_finished();
         // The watch was for this receive. `possible` still holds: the endpoint is as quiet as
         // before, the peer as alive.
         self.watch_op = None;
@@ -616,13 +619,14 @@ impl EngineBackend {
         if !self.parked_logged || (!self.parked_behind_logged && !self.parked.is_empty()) {
             self.log_served();
         }
-        Some(Served {
+        let served = Served {
             op,
             len: st.len,
             tag: st.tag,
             data: st.data,
             src: Some(self.peer_id(st.source, fi_ep(st.src_ep))),
-        })
+        };
+        Some((served, idle))
     }
 
     /// May the parked receives stay parked after a round? Not once a message is queued on
@@ -1434,7 +1438,7 @@ impl Backend for EngineBackend {
         }
     }
 
-    fn serve_first(&mut self) -> Option<Served> {
+    fn serve_first(&mut self) -> Option<(Served, bool)> {
         self.serve_from_lane()
     }
 
