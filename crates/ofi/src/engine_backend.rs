@@ -487,18 +487,13 @@ impl EngineBackend {
     /// Looks for the parked receives (see [`Parked`]) in order, serving up to `room` of them
     /// into `out`: what the poll owes when it served none.
     fn poll_parked(&mut self, room: usize, out: &mut Vec<Served>) -> Look {
-        let Some(p) = self.parked.front() else {
+        let Some(front) = self.parked.front().map(|p| p.op) else {
             return Look::Owes(Owed::Round);
         };
-        self.parked_polls += 1;
-        if self.parked_polls >= PARKED_FULL_ROUND {
-            self.parked_polls = 0;
-            if self.sockets_polled.elapsed() >= PARKED_SOCKET_INTERVAL {
-                self.sockets_polled = Instant::now();
-                return Look::Owes(Owed::FullRound);
-            }
+        if self.count_parked_poll() {
+            return Look::Owes(Owed::FullRound);
         }
-        if self.watch_op == Some(p.op)
+        if self.watch_op == Some(front)
             // SAFETY: the watch is dropped by every mutable use of the engine (eng_mut), so
             // its links are as they were when it was taken.
             && !self.watch.iter().any(|d| unsafe { d.rung() })
@@ -560,6 +555,25 @@ impl EngineBackend {
         Look::Served
     }
 
+    /// Counts a poll with a parked receive: true when a full round is due (every
+    /// [`PARKED_FULL_ROUND`] polls the clock is read). A poll served from the lane counts too,
+    /// and owes the round to the next one instead of declining (each message it declined took
+    /// the longer path, and the more idle polls a message waited through, the more often: a
+    /// tenth of a ping-pong's messages in its slow runs).
+    #[inline]
+    fn count_parked_poll(&mut self) -> bool {
+        self.parked_polls += 1;
+        if self.parked_polls < PARKED_FULL_ROUND {
+            return false;
+        }
+        self.parked_polls = 0;
+        if self.sockets_polled.elapsed() < PARKED_SOCKET_INTERVAL {
+            return false;
+        }
+        self.sockets_polled = Instant::now();
+        true
+    }
+
     /// Says once (debug level) that a parked receive was served, and once that one was with
     /// more held behind it (just served: the rest are still parked).
     #[cold]
@@ -577,20 +591,20 @@ impl EngineBackend {
     }
 
     /// The shortest poll ([`Engine::try_lane_express`]): the first parked receive names a
-    /// same-host peer whose lane holds its message. Only when nothing else is owed, failed or
-    /// finished and no full round is due; `None` otherwise and when the lane is empty (then
-    /// the poll looks as before). It skips [`poll_parked`](Self::poll_parked)'s look at every
-    /// ring, its watch and its batch: a quarter of the provider's instructions on Open MPI's
-    /// receive of a same-host answer.
+    /// same-host peer whose lane holds its message. Not while a receive has failed or
+    /// something has finished (those are reported first); `None` then and when the lane is
+    /// empty (the poll looks as before). A round owed or due (see
+    /// [`count_parked_poll`](Self::count_parked_poll)) is made by the next poll. It skips
+    /// [`poll_parked`](Self::poll_parked)'s look at every ring, its watch and its batch: a
+    /// quarter of the provider's instructions on Open MPI's receive of a same-host answer.
     /// Also says whether the backend is [`idle`](Backend::idle) after it (nothing failed
     /// meanwhile: only unparking fails receives).
     #[inline]
     fn serve_from_lane(&mut self) -> Option<(Served, bool)> {
-        if self.owed.is_some()
-            || !self.failed.is_empty()
-            || self.lonely_polls > 0
-            || self.parked_polls + 1 >= PARKED_FULL_ROUND
-        {
+        // A round owed does not wait for this: the lane's message comes before anything its
+        // peer's ring holds, and the round follows on the next poll (serving first keeps it
+        // from draining the message into the unexpected queue and unparking the receive).
+        if !self.failed.is_empty() || self.lonely_polls > 0 {
             return None;
         }
         let p = self.parked.front()?;
@@ -614,7 +628,9 @@ impl EngineBackend {
         // The watch was for this receive. `possible` still holds: the endpoint is as quiet as
         // before, the peer as alive.
         self.watch_op = None;
-        self.parked_polls += 1;
+        if self.count_parked_poll() {
+            self.owed = Some(Owed::FullRound);
+        }
         self.parked.pop_front();
         if !self.parked_logged || (!self.parked_behind_logged && !self.parked.is_empty()) {
             self.log_served();
