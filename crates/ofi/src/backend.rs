@@ -378,6 +378,14 @@ pub trait Backend: Send {
         out.clear();
         false
     }
+    /// Right after a receive that the backend holds as its first (nothing else held): takes
+    /// the doorbells that alone decide the next look for it, as a look that found nothing
+    /// would (true: [`idle_bells`](Self::idle_bells) gives them). The read that follows the
+    /// receive can then be answered by them, instead of making the whole look while the
+    /// answer may be landing.
+    fn watch_first(&mut self) -> bool {
+        false
+    }
     /// `n` CQ reads were answered by [`idle_bells`](Self::idle_bells)' doorbells since the
     /// last [`poll_express`](Self::poll_express): count them as polls.
     fn idle_reads(&mut self, n: u32) {

@@ -491,9 +491,10 @@ impl DomainShared {
         })
     }
 
-    /// After a read of `cq` found nothing (FI_THREAD_DOMAIN, under the state): takes the
-    /// backend's doorbells as the [`IdleWatch`] for the next reads, if it has them.
-    fn watch_idle(&self, st: &DomainState, cq: &CqShared) {
+    /// After a read of `cq` found nothing, or a receive whose completion goes to `cq` was held
+    /// ([`Backend::watch_first`]) (FI_THREAD_DOMAIN, under the state): takes the backend's
+    /// doorbells as the [`IdleWatch`] for the next reads, if it has them.
+    pub(crate) fn watch_idle(&self, st: &DomainState, cq: &CqShared) {
         // SAFETY: FI_THREAD_DOMAIN; the caller holds the state, and `quiet` (the other user)
         // runs in the application's calls, which it serializes with this one.
         let bells = unsafe { &mut *self.idle.bells.get() };

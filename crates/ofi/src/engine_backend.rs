@@ -1458,6 +1458,21 @@ impl Backend for EngineBackend {
         self.serve_from_lane()
     }
 
+    fn watch_first(&mut self) -> bool {
+        let [p] = self.parked.as_slices().0 else {
+            return false;
+        };
+        let (op, ep, filter) = (p.op, p.ep, p.filter);
+        if self.owed.is_some() || !self.idle() {
+            return false;
+        }
+        let mut watch = std::mem::take(&mut self.watch);
+        let watched = self.eng().express_watch(ep, &filter, &mut watch);
+        self.watch = watch;
+        self.watch_op = watched.then_some(op);
+        watched
+    }
+
     fn take_lonely_polls(&mut self) -> u32 {
         std::mem::take(&mut self.lonely_polls)
     }

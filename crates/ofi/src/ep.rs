@@ -966,6 +966,13 @@ impl EpObj {
             .map_err(|e| e.errno)?;
         st.pending
             .insert(op, self.rx_pending(b, context, tagged, report));
+        // The first read after this one takes no state, if the doorbells can answer it: in a
+        // ping-pong the answer may be landing right then (work here is off that path).
+        if let Some(cq) = b.rx_cq.as_deref() {
+            if self.d.state.is_serial() && st.backend.watch_first() {
+                self.d.watch_idle(&st, cq);
+            }
+        }
         Ok(0)
     }
 
