@@ -735,28 +735,12 @@ impl Engine {
         Ok(Request(req))
     }
 
-    /// Sends a small message at once if it can leave without a request (see `send_inline`:
-    /// a peer with nothing queued; over shared memory straight into the ring): true if it did
-    /// (it is on its way, or queued as a copy; nothing is ever reported about it). False:
-    /// nothing happened, use [`isend_with`](Self::isend_with).
-    pub fn send_now(
-        &mut self,
-        ep: EpId,
-        dst: Rank,
-        dst_ep: EpId,
-        tag: u64,
-        data: Option<u64>,
-        payload: &[u8],
-    ) -> Result<bool, Error> {
-        self.check_ep(ep)?;
-        Ok(self.send_inline(ep, dst, dst_ep, tag, data, payload))
-    }
-
-    /// [`send_now`](Self::send_now)'s first try alone: the lane (a small answer to a same-host
-    /// peer). It touches nothing but the lane and the core's eager credit (no link is opened,
-    /// closed or flushed, nothing is queued), so what a caller learnt of the engine's links and
-    /// queues (their doorbells, [`express_possible`](Self::express_possible)) still holds.
-    /// False: nothing happened; [`send_now_framed`](Self::send_now_framed) tries the rest.
+    /// Sends a small message at once if it can leave without a request, the first of two
+    /// tries: through the lane (a small answer to a same-host peer). It touches nothing but the
+    /// lane and the core's eager credit (no link is opened, closed or flushed, nothing is
+    /// queued), so what a caller learnt of the engine's links and queues (their doorbells,
+    /// [`express_possible`](Self::express_possible)) still holds. False: nothing happened;
+    /// [`send_now_framed`](Self::send_now_framed) is the second try.
     #[inline]
     pub fn send_now_lane(
         &mut self,
@@ -772,8 +756,10 @@ impl Engine {
             && self.send_lane(ep, dst, dst_ep, tag, data, payload)
     }
 
-    /// [`send_now`](Self::send_now) without the lane (after
-    /// [`send_now_lane`](Self::send_now_lane) said no).
+    /// The second try of [`send_now_lane`](Self::send_now_lane): framed, straight into the
+    /// rail (see `send_framed_inline`: a peer with nothing queued). True if it left (it is on
+    /// its way, or queued as a copy; nothing is ever reported about it). False: nothing
+    /// happened, use [`isend_with`](Self::isend_with).
     pub fn send_now_framed(
         &mut self,
         ep: EpId,

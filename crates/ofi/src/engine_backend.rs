@@ -1459,13 +1459,11 @@ impl Backend for EngineBackend {
     }
 
     fn watch_first(&mut self) -> bool {
-        let [p] = self.parked.as_slices().0 else {
-            return false;
-        };
-        let (op, ep, filter) = (p.op, p.ep, p.filter);
-        if self.owed.is_some() || !self.idle() {
+        if self.parked.len() != 1 || self.owed.is_some() || !self.idle() {
             return false;
         }
+        let p = &self.parked[0];
+        let (op, ep, filter) = (p.op, p.ep, p.filter);
         let mut watch = std::mem::take(&mut self.watch);
         let watched = self.eng().express_watch(ep, &filter, &mut watch);
         self.watch = watch;
