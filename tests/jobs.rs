@@ -269,7 +269,11 @@ fn shared_memory_random_traffic() {
 fn hung_rank_stops_the_job() {
     let marker = "454545";
     let (job, pids) = endless_job(2, &["HX_RANK_TIMEOUT=2"], marker);
-    std::thread::sleep(Duration::from_millis(300));
+    // Stopped once the job runs steadily: 300 ms after the start, on a loaded machine, rank 0
+    // once had no rail to rank 1 for its whole HX_RANK_TIMEOUT (counted from when the rails
+    // went down, which may come before the stop while they still connect) and failed the job
+    // before the launcher (counting from the stop) named the stopped rank.
+    std::thread::sleep(Duration::from_millis(1500));
     let (pid, rank) = pids[1];
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let t = Instant::now();
