@@ -204,6 +204,53 @@ fn shm_link(
         .and_then(|l| l.shm())
 }
 
+/// An express receive's claim on the next message of a same-host peer's lane
+/// ([`Engine::lane_ticket`]): taken without the engine, which hears of it afterwards. It points
+/// into the peer's link, which only the engine's own calls change or drop.
+pub struct LaneTicket {
+    link: std::ptr::NonNull<shm::ShmLink>,
+    peer: Rank,
+    ep: EpId,
+    filter: Filter,
+}
+
+// SAFETY: a pointer into the engine's link, followed only by `take`, whose contract keeps the
+// engine (which is Send) from using the link meanwhile.
+unsafe impl Send for LaneTicket {}
+
+impl LaneTicket {
+    /// Takes the lane's next message into `buf` if the ticket's receive takes it whole, as
+    /// [`Engine::try_lane_express`] would have: its status, which the engine must hear
+    /// ([`Engine::lane_ticket_taken`]) before it is called for anything else. None, having
+    /// changed nothing: the lane is empty, or its message is not for this receive (or does
+    /// not fit, or the slot is broken): the engine's own look decides then.
+    ///
+    /// # Safety
+    /// The engine that gave the ticket has not been called since (nor dropped), no other
+    /// ticket of it is in use, and the ticket has not taken a message before.
+    #[inline]
+    pub unsafe fn take(&self, buf: &mut [u8]) -> Option<Status> {
+        // SAFETY: the link lives and nothing else uses it (the contract above).
+        let link = unsafe { &mut *self.link.as_ptr() };
+        let v = link.lane_peek().ok()??;
+        let (src_ep, dst_ep, tag, data) = lane_envelope(&v.meta);
+        let len = v.payload.len();
+        if dst_ep != self.ep || len > buf.len() || !self.filter.takes_from(self.peer, src_ep, tag) {
+            return None;
+        }
+        buf[..len].copy_from_slice(v.payload);
+        link.lane_consume();
+        Some(Status {
+            source: self.peer,
+            src_ep,
+            tag,
+            len,
+            truncated: false,
+            data,
+        })
+    }
+}
+
 /// A lane message's words (hx_transport::shm, "The lane"): the endpoints and whether
 /// immediate data comes, the tag, the data.
 #[inline]
@@ -1377,6 +1424,38 @@ impl Engine {
             return None;
         }
         self.lane_take(peer, 0, ep, filter, buf)
+    }
+
+    /// A ticket for the express receive on `ep` taking `filter` from `peer`, a same-host peer,
+    /// when the lane's next message would be its whole answer (the conditions of
+    /// [`try_lane_express`](Self::try_lane_express): the endpoint quiet, nothing queued for the
+    /// peer) for as long as the engine is not called: its holder may then take that message
+    /// without the engine ([`LaneTicket::take`]) and tell it afterwards
+    /// ([`lane_ticket_taken`](Self::lane_ticket_taken)). None otherwise, and while tracing
+    /// (a ticket's read is not stamped).
+    pub fn lane_ticket(&mut self, peer: Rank, ep: EpId, filter: Filter) -> Option<LaneTicket> {
+        if !self.settings.shm_lane
+            || filter.src != Some(peer)
+            || !self.core.ep_quiet(ep)
+            || self.core.tx_pending(peer, 0)
+            || hx_transport::trace::active()
+        {
+            return None;
+        }
+        let link = shm_link(&mut self.peers, peer, 0)?;
+        Some(LaneTicket {
+            link: std::ptr::NonNull::from(link),
+            peer,
+            ep,
+            filter,
+        })
+    }
+
+    /// What a [`LaneTicket`] took, told before anything else touches the engine: the core
+    /// counts it; an eager credit may be due.
+    pub fn lane_ticket_taken(&mut self, st: &Status) {
+        self.core.lane_received(st.source, st.len);
+        self.flush_dirty();
     }
 
     /// The lane beside `rail` of `peer` for an express receive: its message into `buf` if the

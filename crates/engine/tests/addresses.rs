@@ -768,3 +768,98 @@ fn the_lane_alone_sends_answers_and_serves_them_in_order() {
         assert_eq!(&b[..st.len], b"not yours yet");
     });
 }
+
+/// A lane ticket (what the provider's CQ read serves a lone receive with, without the engine)
+/// takes exactly what `try_lane_express` would: the lane's next message when the receive's
+/// filter takes it and it fits, in order, nothing else; the engine, told afterwards, goes on
+/// as if it had taken it itself.
+#[test]
+fn a_lane_ticket_takes_what_the_lane_would_and_nothing_else() {
+    use hx_engine::Filter;
+    let s = settings(true, 1);
+    pair(s, true, |i, e, peer| {
+        let peer = peer.unwrap();
+        let rounds = 300u64;
+        if i == 0 {
+            e.send(1, peer, 1, 0, b"first").unwrap();
+            let mut b = [0u8; 64];
+            for k in 1..=rounds {
+                let st = e.recv(1, Some(peer), Some(k), &mut b).unwrap();
+                assert!(b[..st.len] == pattern(k, st.len));
+                let answer = pattern(k + 1, (k % 33) as usize);
+                if !e.send_now_lane(1, peer, 1, k, Some(k), &answer) {
+                    e.send(1, peer, 1, k, &answer).unwrap();
+                }
+            }
+            // One the ticket's filter does not take, then one too long for its buffer, then
+            // one it takes.
+            let mut go = [0u8; 1];
+            e.recv(1, Some(peer), Some(u64::MAX), &mut go).unwrap();
+            assert!(e.send_now_lane(1, peer, 1, 7_000, None, b"not yours"));
+            e.recv(1, Some(peer), Some(u64::MAX), &mut go).unwrap();
+            assert!(e.send_now_lane(1, peer, 1, 7_001, None, b"too long for four"));
+            e.recv(1, Some(peer), Some(u64::MAX), &mut go).unwrap();
+            assert!(e.send_now_lane(1, peer, 1, 7_002, Some(9), b"yours"));
+            e.recv(1, Some(peer), Some(u64::MAX), &mut go).unwrap();
+            return;
+        }
+        let mut b = [0u8; 64];
+        let st = e.recv(1, Some(peer), Some(0), &mut b).unwrap();
+        assert_eq!(&b[..st.len], b"first");
+        // Spins on a ticket for a while (as the provider's idle reads do), telling the engine
+        // of what it took; None if nothing came that it takes.
+        let ticketed = |e: &mut Engine, tag: u64, b: &mut [u8]| {
+            let t = e.lane_ticket(peer, 1, Filter::new(Some(peer), Some(tag)))?;
+            let until = std::time::Instant::now() + Duration::from_millis(50);
+            while std::time::Instant::now() < until {
+                // SAFETY: the engine is not called while the ticket is in use.
+                if let Some(st) = unsafe { t.take(b) } {
+                    e.lane_ticket_taken(&st);
+                    return Some(st);
+                }
+                std::hint::spin_loop();
+            }
+            None
+        };
+        let mut served = 0;
+        for k in 1..=rounds {
+            e.send(1, peer, 1, k, &pattern(k, 8)).unwrap();
+            let st = match ticketed(e, k, &mut b) {
+                Some(st) => {
+                    served += 1;
+                    // Only the lane's messages carry the index as immediate data here.
+                    assert_eq!(st.data, Some(k), "round {k}");
+                    st
+                }
+                None => e.recv(1, Some(peer), Some(k), &mut b).unwrap(),
+            };
+            assert_eq!((st.source, st.tag), (peer, k));
+            assert!(
+                b[..st.len] == pattern(k + 1, (k % 33) as usize),
+                "round {k}"
+            );
+        }
+        assert!(served > rounds / 2, "{served} of {rounds} taken by tickets");
+        // Another tag waits in the lane: the ticket takes nothing, and it stays first.
+        e.send(1, peer, 1, u64::MAX, b"g").unwrap();
+        assert!(ticketed(e, 7_001, &mut b).is_none());
+        let st = e.recv(1, Some(peer), Some(7_000), &mut b).unwrap();
+        assert_eq!(&b[..st.len], b"not yours");
+        // Too long for the buffer: left for the engine, which reports the truncation.
+        e.send(1, peer, 1, u64::MAX, b"g").unwrap();
+        let mut four = [0u8; 4];
+        assert!(ticketed(e, 7_001, &mut four).is_none());
+        match e.recv(1, Some(peer), Some(7_001), &mut four) {
+            Err(hx_engine::Error::Truncated(st)) => assert_eq!((st.len, &four), (17, b"too ")),
+            r => panic!("not truncated: {r:?}"),
+        }
+        // Taken, with its data, and the engine goes on.
+        e.send(1, peer, 1, u64::MAX, b"g").unwrap();
+        let st = ticketed(e, 7_002, &mut b).expect("the ticket's message");
+        assert_eq!(
+            (&b[..st.len], st.data, st.tag),
+            (&b"yours"[..], Some(9), 7_002)
+        );
+        e.send(1, peer, 1, u64::MAX, b"g").unwrap();
+    });
+}

@@ -87,7 +87,7 @@ impl AvShared {
     /// Inserts one name; its fi_addr or the errno.
     pub fn insert_one(&self, name: &[u8]) -> Result<fi_addr_t, i32> {
         let peer = {
-            let mut st = self.domain.state.lock();
+            let mut st = self.domain.lock();
             let p = st.backend.insert(name).map_err(|e| {
                 warn(FI_LOG_AV, &format!("fi_av_insert: {}", e.msg));
                 e.errno
@@ -142,7 +142,7 @@ impl AvShared {
             }
             peer
         };
-        let mut st = self.domain.state.lock();
+        let mut st = self.domain.lock();
         let last = match st.peer_refs.get_mut(&peer) {
             Some(r) if *r > 1 => {
                 *r -= 1;
@@ -249,7 +249,7 @@ unsafe extern "C" fn av_close(f: *mut fid) -> c_int {
         // Drop this AV's references to peers.
         let live: Vec<(PeerId, usize)> = o.a.read().refs.iter().map(|(p, n)| (*p, *n)).collect();
         {
-            let mut st = o.a.domain.state.lock();
+            let mut st = o.a.domain.lock();
             for (p, n) in live {
                 let r = st.peer_refs.entry(p).or_default();
                 *r = r.saturating_sub(n);
@@ -385,7 +385,7 @@ unsafe extern "C" fn av_straddr(
     }
     guard(std::ptr::null(), || {
         let name = std::slice::from_raw_parts(addr as *const u8, NAME_LEN);
-        let s = match obj(av).domain.state.lock().backend.describe(name) {
+        let s = match obj(av).domain.lock().backend.describe(name) {
             Ok(s) => s.replace('\0', " "),
             Err(_) => return std::ptr::null(),
         };

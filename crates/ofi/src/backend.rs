@@ -37,6 +37,22 @@ pub struct Served {
     pub src: Option<PeerId>,
 }
 
+/// The one receive the backend holds, for a CQ read to serve from its peer's lane without
+/// the backend ([`Backend::ticket`]).
+pub struct Ticket {
+    pub op: OpId,
+    pub lane: hx_engine::LaneTicket,
+    /// The receive's buffer (valid until it completes or is cancelled: fi_trecv's contract).
+    pub buf: *mut u8,
+    pub len: usize,
+    /// Its message's source when the ticket takes it.
+    pub src: PeerId,
+}
+
+// SAFETY: `buf` is the application's receive buffer, written only by the one read that takes
+// the ticket (under the domain's serialization); the lane ticket is Send.
+unsafe impl Send for Ticket {}
+
 impl Served {
     pub fn done(&self) -> Done {
         Done {
@@ -385,6 +401,18 @@ pub trait Backend: Send {
     /// answer may be landing.
     fn watch_first(&mut self) -> bool {
         false
+    }
+    /// Right after [`watch_first`](Self::watch_first) or a poll that found nothing, with one
+    /// receive held: a ticket for a CQ read to take its message from its peer's lane itself,
+    /// valid while nothing calls the backend. Whoever takes it tells the backend
+    /// ([`ticket_served`](Self::ticket_served)) before anything else.
+    fn ticket(&mut self) -> Option<Ticket> {
+        None
+    }
+    /// The receive `op` of a [`ticket`](Self::ticket) was served with `st`: the backend no
+    /// longer holds it, as if [`serve_first`](Self::serve_first) had served it.
+    fn ticket_served(&mut self, op: OpId, st: &hx_engine::Status) {
+        let _ = (op, st);
     }
     /// `n` CQ reads were answered by [`idle_bells`](Self::idle_bells)' doorbells since the
     /// last [`poll_express`](Self::poll_express): count them as polls.

@@ -3,7 +3,7 @@
 
 use crate::av::AvShared;
 use crate::backend::PeerId;
-use crate::domain::{self, CqFields, DomainObj, DomainShared, Drive, SerialLock};
+use crate::domain::{self, CqFields, DomainObj, DomainShared, Drive, Idle, SerialLock};
 use crate::fabric::{enosys_bind, enosys_ops_open, ptr};
 use crate::hints::MAX_ERR_DATA;
 use crate::sys::*;
@@ -194,8 +194,21 @@ impl CqShared {
             {
                 return Err(FI_EAGAIN);
             }
-        } else if self.domain.quiet(self) {
-            return Err(FI_EAGAIN);
+        } else {
+            match self.domain.idle_look(self, count > 0) {
+                Idle::Quiet => return Err(FI_EAGAIN),
+                Idle::Served(f, from) => {
+                    // The ticket's receive (see `IdleWatch`): as if served by the drive.
+                    write_fields(self.format, buf, 0, &f);
+                    if !src.is_null() {
+                        *src = from;
+                    }
+                    self.served_idle_at(self.domain.state.generation());
+                    self.just_delivered.store(true, Ordering::Relaxed);
+                    return Ok(1);
+                }
+                Idle::Look => {}
+            }
         }
         self.read_drive(buf, count, src, delivered_last)
     }

@@ -27,6 +27,8 @@ pub struct DomainObj {
 }
 
 pub struct DomainShared {
+    /// Taken with [`lock`](Self::lock), which first settles a receive an idle read served by
+    /// its ticket (see [`IdleWatch`]).
     pub state: StateLock,
     /// Under FI_THREAD_DOMAIN, what lets an idle CQ read answer without the domain's state
     /// (see [`IdleWatch`]).
@@ -43,7 +45,10 @@ pub struct DomainShared {
 /// ([`Backend::idle_bells`]), the next reads of that CQ, as long as nobody has taken the
 /// domain's state since ([`SerialLock::generation`]), its queue is empty and no doorbell
 /// rang, return -FI_EAGAIN at once; after `IDLE_READS` of them a read looks as before, and
-/// tells the backend how many it answered (its every-so-often rounds count them). Only under FI_THREAD_DOMAIN, where the application
+/// tells the backend how many it answered (its every-so-often rounds count them). When the
+/// watch is for the one receive the backend holds, the read whose doorbell rang takes that
+/// receive's message from its peer's lane itself (its ticket), and whoever takes the state
+/// next tells the backend first. Only under FI_THREAD_DOMAIN, where the application
 /// serializes its calls: the fields are then only touched by one thread at a time.
 struct IdleWatch {
     /// The state's generation the watch was taken in; 0: no watch.
@@ -53,6 +58,37 @@ struct IdleWatch {
     /// next read that looks.
     answered: AtomicU32,
     bells: UnsafeCell<Vec<hx_engine::Doorbell>>,
+    /// With the watch, when it is for one receive the backend holds ([`Backend::ticket`]):
+    /// the read whose doorbell rings takes that receive's message itself, from its peer's
+    /// lane, and writes its entry, with no state taken (the shortest path from a message's
+    /// arrival to its completion). Valid with the watch (same generation).
+    ticket: UnsafeCell<Option<Armed>>,
+    /// A receive a read served by the ticket, which the backend and the operations in flight
+    /// have not heard of yet: told by whoever takes the state next ([`DomainShared::lock`]),
+    /// before anything else (fi_tinject*: right after its send, which does not depend on it,
+    /// so that the telling is off the next message's path).
+    served: UnsafeCell<Option<(OpId, hx_engine::Status)>>,
+    /// `served` holds one.
+    owed: AtomicBool,
+}
+
+/// A ticket with what its read needs to write the completion: the receive's context and
+/// flags, and its source's address.
+struct Armed {
+    t: Ticket,
+    context: usize,
+    flags: u64,
+    src_addr: fi_addr_t,
+}
+
+/// What an idle CQ read found ([`DomainShared::idle_look`]).
+pub enum Idle {
+    /// Nothing came: -FI_EAGAIN.
+    Quiet,
+    /// The ticket's receive was served: its entry, and its source's address.
+    Served(CqFields, fi_addr_t),
+    /// Look as a read does.
+    Look,
 }
 
 /// Reads an [`IdleWatch`] answers before one looks as before.
@@ -69,6 +105,9 @@ impl IdleWatch {
             cq: AtomicUsize::new(0),
             answered: AtomicU32::new(0),
             bells: UnsafeCell::new(Vec::new()),
+            ticket: UnsafeCell::new(None),
+            served: UnsafeCell::new(None),
+            owed: AtomicBool::new(false),
         }
     }
 }
@@ -176,6 +215,15 @@ impl PendingMap {
         self.recent.retain(|(op, p)| keep(op, p));
         self.rest.retain(|op, p| keep(op, p));
         self.kept.retain(|(op, p)| keep(op, p));
+    }
+
+    /// The operation `op` (not a kept one).
+    pub fn get(&self, op: &OpId) -> Option<&Pending> {
+        self.recent
+            .iter()
+            .find(|(o, _)| o == op)
+            .map(|(_, p)| p)
+            .or_else(|| self.rest.get(op))
     }
 
     /// The id of an operation that `pred` takes.
@@ -343,6 +391,8 @@ pub struct DomainState {
     served: Vec<Served>,
     /// CQ reads have been answered by an [`IdleWatch`] (said once, at debug level).
     idle_logged: bool,
+    /// Said once that a CQ read served a receive by its ticket.
+    ticket_logged: bool,
 }
 
 impl DomainShared {
@@ -362,6 +412,7 @@ impl DomainShared {
                     scratch: Vec::new(),
                     served: Vec::new(),
                     idle_logged: false,
+                    ticket_logged: false,
                 },
                 serial,
             ),
@@ -403,7 +454,7 @@ impl DomainShared {
                 return Ok(Drive::Empty);
             }
         }
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         let st = &mut *st;
         if delivered_last {
             // No poll right after a delivery; nothing to collect is the common case (Open MPI
@@ -494,10 +545,12 @@ impl DomainShared {
     /// After a read of `cq` found nothing, or a receive whose completion goes to `cq` was held
     /// ([`Backend::watch_first`]) (FI_THREAD_DOMAIN, under the state): takes the backend's
     /// doorbells as the [`IdleWatch`] for the next reads, if it has them.
-    pub(crate) fn watch_idle(&self, st: &DomainState, cq: &CqShared) {
-        // SAFETY: FI_THREAD_DOMAIN; the caller holds the state, and `quiet` (the other user)
-        // runs in the application's calls, which it serializes with this one.
+    pub(crate) fn watch_idle(&self, st: &mut DomainState, cq: &CqShared) {
+        // SAFETY (both): FI_THREAD_DOMAIN; the caller holds the state, and `idle_look` (the
+        // other user) runs in the application's calls, which it serializes with this one.
         let bells = unsafe { &mut *self.idle.bells.get() };
+        let ticket = unsafe { &mut *self.idle.ticket.get() };
+        *ticket = None;
         if st.backend.idle_bells(bells) {
             self.idle
                 .generation
@@ -505,43 +558,153 @@ impl DomainShared {
             self.idle
                 .cq
                 .store(cq as *const CqShared as usize, Ordering::Relaxed);
+            *ticket = self.arm(st, cq);
         } else {
             self.idle.generation.store(0, Ordering::Relaxed);
         }
     }
 
-    /// May a read of `cq` that does not follow a delivery return -FI_EAGAIN without looking
-    /// further (see [`IdleWatch`])?
+    /// The backend's ticket for the watch's receive, if its completion is an entry of `cq`.
+    fn arm(&self, st: &mut DomainState, cq: &CqShared) -> Option<Armed> {
+        let t = st.backend.ticket()?;
+        let p = st.pending.get(&t.op)?;
+        if p.report != Report::Always || !std::ptr::eq(p.cq, cq) {
+            return None;
+        }
+        let src_addr = match p.av.is_null() {
+            true => FI_ADDR_NOTAVAIL,
+            // SAFETY: under the domain lock (see `Pending`).
+            false => unsafe { &*p.av }.fi_addr_of(t.src),
+        };
+        Some(Armed {
+            context: p.context,
+            flags: p.flags,
+            src_addr,
+            t,
+        })
+    }
+
+    /// The state, once told of a receive an idle read served by its ticket (see
+    /// [`IdleWatch`]'s `served`).
     #[inline]
-    pub fn quiet(&self, cq: &CqShared) -> bool {
+    pub fn lock(&self) -> SerialGuard<'_, DomainState> {
+        let mut st = self.state.lock();
+        if self.idle.owed.load(Ordering::Relaxed) {
+            self.settle(&mut st);
+        }
+        st
+    }
+
+    /// The state as it is: for fi_tinject*, which [`settle`](Self::settle)s right after its
+    /// send.
+    #[inline]
+    pub fn lock_unsettled(&self) -> SerialGuard<'_, DomainState> {
+        self.state.lock()
+    }
+
+    /// Tells the backend and the operations in flight of a receive an idle read served by its
+    /// ticket, and the backend of the idle reads answered since it last heard.
+    #[inline(never)]
+    pub fn settle(&self, st: &mut DomainState) {
+        if !self.idle.owed.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        // SAFETY: `owed` was set under FI_THREAD_DOMAIN (the application's one thread at a
+        // time), and the caller holds the state.
+        let Some((op, status)) = (unsafe { &mut *self.idle.served.get() }).take() else {
+            return;
+        };
+        st.pending.remove(&op);
+        st.backend.ticket_served(op, &status);
+        if !st.ticket_logged {
+            st.ticket_logged = true;
+            tracing::debug!("hxcomm: a CQ read served a receive from its peer's lane by itself");
+        }
+        let answered = self.idle.answered.swap(0, Ordering::Relaxed);
+        if answered > 0 {
+            st.backend.idle_reads(answered);
+        }
+    }
+
+    /// A read of `cq` that does not follow a delivery, answered without the domain's state
+    /// when it can be (see [`IdleWatch`]): nothing came, or the ticket's receive was served
+    /// (only with `room` for its entry).
+    #[inline]
+    pub fn idle_look(&self, cq: &CqShared, room: bool) -> Idle {
         let w = &self.idle;
         if !self.state.is_serial()
             || w.generation.load(Ordering::Relaxed) != self.state.generation()
             || w.cq.load(Ordering::Relaxed) != cq as *const CqShared as usize
             || !cq.queue_empty()
         {
-            return false;
+            return Idle::Look;
         }
         let answered = w.answered.load(Ordering::Relaxed);
         if answered >= IDLE_READS {
-            return false;
+            return Idle::Look;
         }
         // SAFETY: FI_THREAD_DOMAIN (see `watch_idle`). Nobody has taken the state since the
         // watch was made (same generation), so the backend has not touched the links the
         // doorbells belong to, nor closed them (closing takes the state).
         let bells = unsafe { &*w.bells.get() };
         if bells.iter().any(|d| unsafe { d.rung() }) {
-            return false;
+            return match room {
+                true => self.serve_ticket(),
+                false => Idle::Look,
+            };
         }
         w.answered.store(answered + 1, Ordering::Relaxed);
-        true
+        Idle::Quiet
+    }
+
+    /// A doorbell of the watch rang: the ticket's receive takes its message, if it is the
+    /// lane's and for it.
+    #[inline]
+    fn serve_ticket(&self) -> Idle {
+        // SAFETY: FI_THREAD_DOMAIN, and the watch (with its ticket) is of the current
+        // generation: see `idle_look`.
+        let slot = unsafe { &mut *self.idle.ticket.get() };
+        let Some(a) = slot.as_ref() else {
+            return Idle::Look;
+        };
+        let buf: &mut [u8] = match a.t.len {
+            0 => &mut [],
+            // SAFETY: the receive's buffer, valid until it completes or is cancelled (which
+            // takes the state).
+            n => unsafe { std::slice::from_raw_parts_mut(a.t.buf, n) },
+        };
+        // SAFETY: the engine has not been called since the ticket was made (same generation)
+        // and is told of what it took before it is (`settle` in `lock`).
+        let Some(st) = (unsafe { a.t.lane.take(buf) }) else {
+            return Idle::Look;
+        };
+        let mut flags = a.flags;
+        if st.data.is_some() {
+            flags |= FI_REMOTE_CQ_DATA;
+        }
+        let f = CqFields {
+            context: a.context,
+            flags,
+            len: st.len,
+            data: st.data.unwrap_or(0),
+            tag: if a.flags & FI_TAGGED != 0 { st.tag } else { 0 },
+        };
+        let from = a.src_addr;
+        let op = a.t.op;
+        *slot = None;
+        // SAFETY: as above; `settle` is its only other user, under the state.
+        unsafe { *self.idle.served.get() = Some((op, st)) };
+        self.idle.owed.store(true, Ordering::Relaxed);
+        // The watch is spent: the next read looks (taking the state, which settles first).
+        self.idle.generation.store(0, Ordering::Relaxed);
+        Idle::Served(f, from)
     }
 
     fn drive(
         &self,
         how: impl FnOnce(&mut dyn Backend, &mut Vec<Done>) -> Result<(), BackendError>,
     ) -> Result<(), i32> {
-        let mut st = self.state.lock();
+        let mut st = self.lock();
         let st = &mut *st;
         let r = how(st.backend.as_mut(), &mut st.scratch);
         deliver_all(&mut st.pending, &mut st.scratch);
@@ -826,7 +989,7 @@ unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
         // domain: forget them, so that the domain, and with it the engine, really goes (and
         // says Bye to its peers) when this last handle does.
         let dom = Box::from_raw(d);
-        dom.d.state.lock().pending.clear();
+        dom.d.lock().pending.clear();
         drop(dom);
         Ok(0)
     })
@@ -979,7 +1142,7 @@ unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
         if let (Some(key), Some(t)) = (m.key, &dom.regions) {
             // Under the domain's state, where peers' accesses are resolved and served: none
             // finds the region after this, and those under way let go of its memory.
-            let mut st = dom.d.state.lock();
+            let mut st = dom.d.lock();
             t.deregister(key);
             st.backend.release_region(key);
         }

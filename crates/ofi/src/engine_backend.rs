@@ -20,7 +20,7 @@ use crate::mr::RegionTable;
 
 use crate::backend::{
     Backend, BackendConfig, BackendError, Done, Found, OpId, PeerId, Polled, SendBuf, SendTo,
-    Served, NAME_LEN,
+    Served, Ticket, NAME_LEN,
 };
 use crate::sys::{
     FI_EACCES, FI_EAGAIN, FI_EINVAL, FI_EIO, FI_ENODATA, FI_ENOENT, FI_ENOSPC, FI_ETRUNC,
@@ -1469,6 +1469,51 @@ impl Backend for EngineBackend {
         self.watch = watch;
         self.watch_op = watched.then_some(op);
         watched
+    }
+
+    fn ticket(&mut self) -> Option<Ticket> {
+        // What serve_from_lane would check at the read, checked now: none of it changes
+        // before then without a call here.
+        if !self.failed.is_empty()
+            || self.lonely_polls > 0
+            || self.owed.is_some()
+            || self.parked.len() != 1
+        {
+            return None;
+        }
+        let p = &self.parked[0];
+        let (op, ep, filter, ptr, len) = (p.op, p.ep, p.filter, p.ptr, p.len);
+        if self.watch_op != Some(op) {
+            return None;
+        }
+        let (src, src_ep) = (filter.src?, filter.src_ep?);
+        let engine = self.engine.as_mut()?;
+        if engine.has_finished() {
+            return None;
+        }
+        let lane = engine.lane_ticket(src, ep, filter)?;
+        Some(Ticket {
+            op,
+            lane,
+            buf: ptr as *mut u8,
+            len,
+            src: self.peer_id(src, fi_ep(src_ep)),
+        })
+    }
+
+    fn ticket_served(&mut self, op: OpId, st: &hx_engine::Status) {
+        debug_assert_eq!(self.parked.front().map(|p| p.op), Some(op));
+        if let Some(e) = self.engine.as_mut() {
+            e.lane_ticket_taken(st);
+        }
+        self.watch_op = None;
+        if self.count_parked_poll() {
+            self.owed = Some(Owed::FullRound);
+        }
+        self.parked.pop_front();
+        if !self.parked_logged {
+            self.log_served();
+        }
     }
 
     fn take_lonely_polls(&mut self) -> u32 {

@@ -175,7 +175,7 @@ pub unsafe extern "C" fn hx_endpoint(
             })
             .flatten();
         let id = {
-            let mut st = dom.d.state.lock();
+            let mut st = dom.d.lock();
             let id = st.backend.open_ep().map_err(|e| {
                 warn(FI_LOG_EP_CTRL, &format!("fi_endpoint: {}", e.msg));
                 e.errno
@@ -232,7 +232,7 @@ unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
     ret_int(|| {
         let o = Box::from_raw(f as *mut EpObj);
         {
-            let mut st = o.d.state.lock();
+            let mut st = o.d.lock();
             let _ = st.backend.close_ep(o.id);
             // Receives still posted on this endpoint can no longer complete.
             st.pending.retain(|_, p| p.ep != o.id);
@@ -548,7 +548,9 @@ impl EpObj {
         if len > 0 && buf.is_null() {
             return Err(FI_EINVAL);
         }
-        let mut st = self.d.state.lock();
+        // The state as it is: a receive an idle read served (`DomainShared::settle`) is told
+        // right after this send, which does not depend on it.
+        let mut st = self.d.lock_unsettled();
         let to = SendTo {
             ep: self.id,
             tagged,
@@ -562,7 +564,9 @@ impl EpObj {
             std::slice::from_raw_parts(buf as *const u8, len)
         };
         // Most small injects leave at once: no copy, nothing to track.
-        if st.backend.inject_now(&to, bytes).map_err(|e| {
+        let now = st.backend.inject_now(&to, bytes);
+        self.d.settle(&mut st);
+        if now.map_err(|e| {
             warn(FI_LOG_EP_DATA, &format!("inject: {}", e.msg));
             e.errno
         })? {
@@ -601,7 +605,9 @@ impl EpObj {
         if a.len > 0 && a.buf.is_null() {
             return Err(FI_EINVAL);
         }
-        let mut st = self.d.state.lock();
+        // The state as it is: a receive an idle read served (`DomainShared::settle`) is told
+        // right after this send, which does not depend on it.
+        let mut st = self.d.lock_unsettled();
         let to = SendTo {
             ep: self.id,
             tagged: a.tagged,
@@ -631,12 +637,15 @@ impl EpObj {
             std::slice::from_raw_parts(a.buf, a.len)
         };
         let delivered = flags & FI_DELIVERY_COMPLETE != 0;
-        if !delivered
-            && st.backend.inject_now(&to, data).map_err(|e| {
-                warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
-                e.errno
-            })?
-        {
+        let now = match delivered {
+            true => Ok(false),
+            false => st.backend.inject_now(&to, data),
+        };
+        self.d.settle(&mut st);
+        if now.map_err(|e| {
+            warn(FI_LOG_EP_DATA, &format!("send: {}", e.msg));
+            e.errno
+        })? {
             if report == Report::Always {
                 if let Some(cq) = &b.tx_cq {
                     cq.push(Entry {
@@ -730,7 +739,7 @@ impl EpObj {
         } else {
             Report::ErrorsOnly
         };
-        let mut st = self.d.state.lock();
+        let mut st = self.d.lock();
         let peer = self.peer_locked(&mut st, b, a.peer, what)?;
         let started = if a.write {
             let buf = if inject {
@@ -829,7 +838,7 @@ impl EpObj {
         } else {
             Report::ErrorsOnly
         };
-        let mut st = self.d.state.lock();
+        let mut st = self.d.lock();
         let peer = self.peer_locked(&mut st, b, a.peer, what)?;
         let op_id = st
             .backend
@@ -886,7 +895,7 @@ impl EpObj {
         let Ok(b) = self.bound() else {
             return;
         };
-        let mut st = self.d.state.lock();
+        let mut st = self.d.lock();
         match st.backend.watch_remote_writes(self.id) {
             Ok(op) => st.pending.insert_kept(
                 op,
@@ -958,7 +967,7 @@ impl EpObj {
         }
         let (tag, ignore) = if tagged { (tag, ignore) } else { (0, 0) };
         let report = self.rx_report(b, flags);
-        let mut st = self.d.state.lock();
+        let mut st = self.d.lock();
         let src = self.src_filter_locked(&mut st, b, src)?;
         let op = st
             .backend
@@ -970,7 +979,7 @@ impl EpObj {
         // ping-pong the answer may be landing right then (work here is off that path).
         if let Some(cq) = b.rx_cq.as_deref() {
             if self.d.state.is_serial() && st.backend.watch_first() {
-                self.d.watch_idle(&st, cq);
+                self.d.watch_idle(&mut st, cq);
             }
         }
         Ok(0)
@@ -1016,7 +1025,7 @@ impl EpObj {
             if claim && context == 0 {
                 return Err(FI_EINVAL);
             }
-            let mut st = self.d.state.lock();
+            let mut st = self.d.lock();
             let found = if discard && !claim {
                 st.backend
                     .discard(self.id, src, m.tag, m.ignore)
@@ -1058,7 +1067,7 @@ impl EpObj {
             FI_EINVAL
         })?;
         let report = self.rx_report(b, flags);
-        let mut st = self.d.state.lock();
+        let mut st = self.d.lock();
         if flags & FI_DISCARD != 0 {
             let f = st.backend.discard_claimed(id).map_err(|e| e.errno)?;
             drop(st);
@@ -1077,7 +1086,7 @@ impl EpObj {
 
     fn cancel(&self, context: usize) -> Result<isize, i32> {
         let b = self.bound()?;
-        let mut st = self.d.state.lock();
+        let mut st = self.d.lock();
         let op = st
             .pending
             .find(|p| p.ep == self.id && p.context == context && p.flags & FI_RECV != 0)
@@ -1168,7 +1177,7 @@ unsafe extern "C" fn cm_getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize
             *addrlen = NAME_LEN;
             return Err(FI_ETOOSMALL);
         }
-        let name = ep.d.state.lock().backend.name(ep.id);
+        let name = ep.d.lock().backend.name(ep.id);
         std::ptr::copy_nonoverlapping(name.as_ptr(), addr as *mut u8, NAME_LEN);
         *addrlen = NAME_LEN;
         Ok(0)

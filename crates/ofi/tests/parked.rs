@@ -4,7 +4,8 @@
 //! messages that came first, another tag ahead in the ring, a send in flight, zero-length, CQ
 //! data and source, a window of receives held at once, a peer that dies), and that the path was
 //! taken at all, as was the doorbell that answers an idle poll without the engine (and, with
-//! FI_THREAD_DOMAIN, without the domain's state).
+//! FI_THREAD_DOMAIN, without the domain's state), and the ticket with which such a poll takes
+//! the receive's message from its peer's lane itself.
 
 mod common;
 
@@ -39,6 +40,12 @@ fn parked_receives_keep_the_matching_rules() {
     // ... and most such reads did not even take the domain's state (FI_THREAD_DOMAIN).
     assert!(
         text.contains("idle CQ reads were answered without the domain"),
+        "{text}"
+    );
+    // The ping-pong's answers landing while the receiver polled: that read took the message
+    // from the lane itself (the receive's ticket), every value, source and flag checked.
+    assert!(
+        text.contains("a CQ read served a receive from its peer's lane by itself"),
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);

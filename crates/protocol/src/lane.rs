@@ -114,9 +114,17 @@ impl<B: Buffer> Core<B> {
             return false;
         }
         debug_assert!(self.ep_quiet(ep), "express receive on a busy endpoint");
+        self.lane_received(peer, len);
+        true
+    }
+
+    /// A lane message of `len` bytes from `peer` that an express receive took, its checks made
+    /// by the taker (those of [`lane_express`](Self::lane_express)): counted as received, its
+    /// eager credit as consumed.
+    #[inline]
+    pub fn lane_received(&mut self, peer: Rank, len: usize) {
         self.peers[peer as usize].rails[0].rx_bytes += len as u64;
         self.eager_consumed(peer, len);
-        true
     }
 }
 
