@@ -8,6 +8,10 @@
 #
 #   sudo RUNS=10 bash bench/probes/provider_lane.sh [VAR=VALUE ...]
 #
+# Since the lone receive's ticket (fortieth session) most messages are served by the idle CQ
+# read itself, past `serve_first`, where the serving stamp sits: the segments then read nan or
+# miss those messages; the counters still hold.
+#
 # VAR=VALUE pairs go to both ranks, e.g. EXP_SERVE=50, EXP_TRECV=200, EXP_NOFENCE=1; the
 # provider directory is printed, for bench/provider_shm_latency.sh label:DIR,VAR=VALUE A/B runs.
 # Needs valgrind-free tools only: cargo, mpicc.openmpi, mpirun.openmpi, python3. Takes
