@@ -10,7 +10,10 @@
 #
 # PROVIDER_DIR holds libhxcomm_fi.so (default target/release); TEST a bench/mpi_osu.c test
 # (default latency:8:20000:100). With PML=ob1 BTL=self,vader the same counts for vader (the
-# provider parts then read 0). Needs valgrind and root's OMPI_ALLOW_RUN_AS_ROOT when root.
+# provider parts then read 0). DELAY_US=D makes rank 1 wait D us before each answer
+# (MPI_OSU_ANSWER_DELAY_US), so that rank 0, slowed down by callgrind, has posted its receive
+# when the answer lands, as at full speed: the reads then take the lone receive's ticket, and
+# fi_cq_read counts the idle reads of the wait too (about D us of them). Needs valgrind and root's OMPI_ALLOW_RUN_AS_ROOT when root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=$(realpath "${1:-target/release}")
@@ -26,7 +29,8 @@ else
 fi
 (cd "$out" && mpirun.openmpi "${mca[@]}" -np 1 -x FI_PROVIDER_PATH="$dir" valgrind \
   --tool=callgrind --collect-atstart=no --toggle-collect=PMPI_Send --toggle-collect=PMPI_Recv \
-  "$out/osu" "$test" : -np 1 -x FI_PROVIDER_PATH="$dir" "$out/osu" "$test" >/dev/null 2>&1)
+  "$out/osu" "$test" : -np 1 -x FI_PROVIDER_PATH="$dir" -x MPI_OSU_ANSWER_DELAY_US="${DELAY_US:-0}" \
+  "$out/osu" "$test" >/dev/null 2>&1)
 f=$(ls "$out"/callgrind.out.*)
 callgrind_annotate --auto=no --inclusive=yes --tree=calling "$f" > "$out/tree.txt"
 calls=$(grep -E '> +\?\?\?:PMPI_Send ' "$out/tree.txt" | head -1 | grep -o '([0-9,]*x)' | tr -d '(),x')

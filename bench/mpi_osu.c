@@ -19,6 +19,10 @@
  * window slot, stamped with the iteration, into a buffer per slot, and the receiver checks every
  * byte of every message (a mismatch aborts with exit status 4); the figure then includes the check.
  *
+ * With MPI_OSU_ANSWER_DELAY_US=D, rank 1 of the latency test waits D microseconds (spinning on
+ * MPI_Wtime) before each answer: under a profiler that slows rank 0 down, rank 0 then posts its
+ * receive before the answer lands, as it does at full speed (bench/callgrind_ompi.sh).
+ *
  * Build: mpicc.openmpi -O2 -o mpi_osu.openmpi mpi_osu.c (or mpicc.mpich).
  */
 #include <mpi.h>
@@ -76,6 +80,8 @@ static double cpu_start;
 static double run_latency(const struct test *t, int rank, char *sbuf, char *rbuf)
 {
     int peer = 1 - rank;
+    const char *d = getenv("MPI_OSU_ANSWER_DELAY_US");
+    double delay = d ? atof(d) * 1e-6 : 0;
     double start = MPI_Wtime();
     cpu_start = cpu_seconds();
     for (int i = 0; i < t->iters + t->warmup; i++) {
@@ -90,6 +96,9 @@ static double run_latency(const struct test *t, int rank, char *sbuf, char *rbuf
         } else {
             MPI_Recv(rbuf, (int)t->bytes, MPI_CHAR, peer, TAG_DATA, MPI_COMM_WORLD,
                      MPI_STATUS_IGNORE);
+            if (delay > 0)
+                for (double until = MPI_Wtime() + delay; MPI_Wtime() < until;)
+                    ;
             MPI_Send(sbuf, (int)t->bytes, MPI_CHAR, peer, TAG_DATA, MPI_COMM_WORLD);
         }
     }

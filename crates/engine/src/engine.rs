@@ -232,23 +232,54 @@ impl LaneTicket {
     pub unsafe fn take(&self, buf: &mut [u8]) -> Option<Status> {
         // SAFETY: the link lives and nothing else uses it (the contract above).
         let link = unsafe { &mut *self.link.as_ptr() };
-        let v = link.lane_peek().ok()??;
-        let (src_ep, dst_ep, tag, data) = lane_envelope(&v.meta);
-        let len = v.payload.len();
-        if dst_ep != self.ep || len > buf.len() || !self.filter.takes_from(self.peer, src_ep, tag) {
-            return None;
+        match take_from_lane(link, self.peer, self.ep, &self.filter, buf) {
+            LaneLook::Taken(st) => Some(st),
+            LaneLook::Empty | LaneLook::Refused => None,
         }
-        buf[..len].copy_from_slice(v.payload);
-        link.lane_consume();
-        Some(Status {
-            source: self.peer,
-            src_ep,
-            tag,
-            len,
-            truncated: false,
-            data,
-        })
     }
+}
+
+/// What an express receive found in a lane ([`take_from_lane`]).
+enum LaneLook {
+    Empty,
+    /// A message the receive does not take whole, or a broken slot: the engine's full round
+    /// decides.
+    Refused,
+    /// Copied and consumed; the core has not been told yet.
+    Taken(Status),
+}
+
+/// The next message of `link`'s lane into `buf`, if an express receive on `ep` taking `filter`
+/// from `peer` takes it whole ([`Filter::takes_lane_message`]): the one step of
+/// [`Engine::lane_take`] and [`LaneTicket::take`].
+#[inline(always)]
+fn take_from_lane(
+    link: &mut shm::ShmLink,
+    peer: Rank,
+    ep: EpId,
+    filter: &Filter,
+    buf: &mut [u8],
+) -> LaneLook {
+    let v = match link.lane_peek() {
+        Ok(Some(v)) => v,
+        Ok(None) => return LaneLook::Empty,
+        Err(_) => return LaneLook::Refused,
+    };
+    let (src_ep, dst_ep, tag, data) = lane_envelope(&v.meta);
+    let len = v.payload.len();
+    if !filter.takes_lane_message(ep, buf.len(), peer, src_ep, dst_ep, tag, len) {
+        return LaneLook::Refused;
+    }
+    buf[..len].copy_from_slice(v.payload);
+    link.lane_consume();
+    LaneLook::Taken(Status {
+        source: peer,
+        src_ep,
+        tag,
+        len,
+        truncated: false,
+        data,
+    })
 }
 
 /// A lane message's words (hx_transport::shm, "The lane"): the endpoints and whether
@@ -1471,21 +1502,13 @@ impl Engine {
         buf: &mut [u8],
     ) -> Option<Express> {
         let l = shm_link(&mut self.peers, peer, rail)?;
-        let v = match l.lane_peek() {
-            Ok(Some(v)) => v,
-            Ok(None) => return None,
-            Err(_) => return Some(Express::Other),
+        let st = match take_from_lane(l, peer, ep, &filter, buf) {
+            LaneLook::Empty => return None,
+            LaneLook::Refused => return Some(Express::Other),
+            LaneLook::Taken(st) => st,
         };
-        let (src_ep, dst_ep, tag, data) = lane_envelope(&v.meta);
-        let len = v.payload.len();
-        if !self
-            .core
-            .lane_express(peer, src_ep, dst_ep, tag, len, ep, filter, buf.len())
-        {
-            return Some(Express::Other);
-        }
-        buf[..len].copy_from_slice(v.payload);
-        l.lane_consume();
+        debug_assert!(self.core.ep_quiet(ep), "express receive on a busy endpoint");
+        self.core.lane_received(peer, st.len);
         // (A lane message is matched before its read is stamped: the slot is the peer's again
         // once consumed.)
         if hx_transport::trace::active() {
@@ -1493,14 +1516,7 @@ impl Engine {
         }
         // An eager credit may be due.
         self.flush_dirty();
-        Some(Express::Taken(Status {
-            source: peer,
-            src_ep,
-            tag,
-            len,
-            truncated: false,
-            data,
-        }))
+        Some(Express::Taken(st))
     }
 
     /// One read of each connected socket rail of `peer` for an express receive: a small message

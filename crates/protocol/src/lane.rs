@@ -10,6 +10,28 @@ use crate::{Buffer, Completion, Core, EpId, Filter, Rank, Status};
 /// A lane message's sequence number in the unexpected queue: none (it was never framed).
 const NO_SEQ: u64 = u64::MAX;
 
+impl Filter {
+    /// May an express receive on `ep` with this filter, which posted nothing (the conditions
+    /// of [`Core::rx_express_into`] hold), take the lane message `(src_ep, dst_ep, tag)` of
+    /// `len` bytes from `peer` whole into its buffer of `cap` bytes? If so the taker copies it
+    /// and tells [`Core::lane_received`]; if not, a full round hands it to
+    /// [`Core::lane_arrived`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn takes_lane_message(
+        &self,
+        ep: EpId,
+        cap: usize,
+        peer: Rank,
+        src_ep: EpId,
+        dst_ep: EpId,
+        tag: u64,
+        len: usize,
+    ) -> bool {
+        dst_ep == ep && len <= cap && self.takes_from(peer, src_ep, tag)
+    }
+}
+
 impl<B: Buffer> Core<B> {
     /// May a small eager message of `len` bytes to `peer` go through a lane now? Only when a
     /// framed one could leave at once (what [`inline_start`](Self::inline_start) checks: the
@@ -92,35 +114,9 @@ impl<B: Buffer> Core<B> {
         self.eps.entry(dst_ep).unexpected.push_back(u);
     }
 
-    /// The express path of a blocking receive on `ep` taking `filter` that posted nothing
-    /// (see [`rx_express_into`](Self::rx_express_into), whose conditions hold here too): may
-    /// it take the lane message `(src_ep, dst_ep, tag)` of `len` bytes from `peer` into a
-    /// buffer of `cap` bytes? If so, its credit is counted as consumed and the caller copies
-    /// it; otherwise the caller hands it to [`lane_arrived`](Self::lane_arrived).
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub fn lane_express(
-        &mut self,
-        peer: Rank,
-        src_ep: EpId,
-        dst_ep: EpId,
-        tag: u64,
-        len: usize,
-        ep: EpId,
-        filter: Filter,
-        cap: usize,
-    ) -> bool {
-        if dst_ep != ep || len > cap || !filter.takes_from(peer, src_ep, tag) {
-            return false;
-        }
-        debug_assert!(self.ep_quiet(ep), "express receive on a busy endpoint");
-        self.lane_received(peer, len);
-        true
-    }
-
-    /// A lane message of `len` bytes from `peer` that an express receive took, its checks made
-    /// by the taker (those of [`lane_express`](Self::lane_express)): counted as received, its
-    /// eager credit as consumed.
+    /// A lane message of `len` bytes from `peer` that an express receive took (as
+    /// [`Filter::takes_lane_message`] allows): counted as received, its eager credit as
+    /// consumed.
     #[inline]
     pub fn lane_received(&mut self, peer: Rank, len: usize) {
         self.peers[peer as usize].rails[0].rx_bytes += len as u64;
@@ -194,13 +190,22 @@ mod tests {
         }
         assert!(b.ep_quiet(0));
         // The express path: only what the receive takes, into a buffer large enough.
-        assert!(b.lane_express(0, 3, 0, 7, 8, 0, any, 8));
+        assert!(any.takes_lane_message(0, 8, 0, 3, 0, 7, 8));
         assert!(
-            !b.lane_express(0, 3, 1, 7, 8, 0, any, 8),
+            !any.takes_lane_message(0, 8, 0, 3, 1, 7, 8),
             "another endpoint"
         );
-        assert!(!b.lane_express(0, 3, 0, 7, 9, 0, any, 8), "too long");
+        assert!(!any.takes_lane_message(0, 8, 0, 3, 0, 7, 9), "too long");
         let tag8 = Filter::new(None, Some(8));
-        assert!(!b.lane_express(0, 3, 0, 7, 8, 0, tag8, 8), "another tag");
+        assert!(!tag8.takes_lane_message(0, 8, 0, 3, 0, 7, 8), "another tag");
+        let from1 = Filter::new(Some(1), None);
+        assert!(
+            !from1.takes_lane_message(0, 8, 0, 3, 0, 7, 8),
+            "another peer"
+        );
+        // What it took is counted as a framed message's receipt would be.
+        let before = b.peers[0].rails[0].rx_bytes;
+        b.lane_received(0, 8);
+        assert_eq!(b.peers[0].rails[0].rx_bytes, before + 8);
     }
 }
