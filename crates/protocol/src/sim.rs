@@ -49,6 +49,8 @@ pub struct Cluster {
     pub steps: u64,
     /// Frames taken by [`Core::rx_express`].
     pub express_reads: u64,
+    /// Every byte each pipe carried, in order, once [`record`](Self::record) asked for it.
+    transcripts: Option<Vec<Vec<u8>>>,
 }
 
 impl Cluster {
@@ -78,7 +80,19 @@ impl Cluster {
             rng,
             steps: 0,
             express_reads: 0,
+            transcripts: None,
         }
+    }
+
+    /// Keeps every byte each pipe carries from now on ([`transcripts`](Self::transcripts)).
+    pub fn record(&mut self) {
+        self.transcripts = Some(vec![Vec::new(); self.pipes.len()]);
+    }
+
+    /// What each pipe carried since [`record`](Self::record), by source, destination and rail
+    /// (`(src * ranks + dst) * rails + rail`).
+    pub fn transcripts(&self) -> Option<&[Vec<u8>]> {
+        self.transcripts.as_deref()
     }
 
     fn pipe_index(&self, src: usize, dst: usize, rail: usize) -> usize {
@@ -151,6 +165,9 @@ impl Cluster {
         for s in &iov[..cnt] {
             let take = s.len().min(limit - n);
             pipe.bytes.extend(&s[..take]);
+            if let Some(t) = self.transcripts.as_mut() {
+                t[pi].extend_from_slice(&s[..take]);
+            }
             n += take;
             if n == limit {
                 break;
@@ -281,7 +298,10 @@ impl Cluster {
             room.min(total)
         };
         let frame = hdr.iter().chain(data.iter()).take(n);
-        pipe.bytes.extend(frame);
+        pipe.bytes.extend(frame.clone());
+        if let Some(t) = self.transcripts.as_mut() {
+            t[pi].extend(frame);
+        }
         self.cores[src].inline_written(dst as u32, rail, &hdr, &data, n);
         Some(self.cores[src].inline_request(dst as u32, 0, tag, data))
     }

@@ -3,9 +3,11 @@
 mod common;
 
 use common::{
-    pattern, run_lossless_scenario, run_scenario, run_scenario_with_faults, small_config, Msg,
+    pattern, run_lossless_scenario, run_scenario, run_scenario_transcripts,
+    run_scenario_with_faults, small_config, Msg,
 };
 use hx_protocol::sim::{Cluster, Rng};
+use hx_protocol::wire::{FrameHeader, FrameKind};
 use hx_protocol::{Completion, Config, Policy, ProtoError};
 use proptest::prelude::*;
 
@@ -70,6 +72,40 @@ proptest! {
         let cfg = small_config(Policy::ALL[pol], &mut rng);
         if let Err(e) = run_scenario_with_faults(ranks, rails, cfg.clone(), &msgs, seed, every) {
             panic!("{e}\nconfig {cfg:?}");
+        }
+    }
+
+    /// Over one rail per pair every policy makes the same choices (there is nothing to share
+    /// out), so a lone rail's figures differ by policy only by the machine's noise: the same
+    /// random traffic and interleaving under each policy puts the same frames, in the same
+    /// order, on every pipe (a Cts's buffer address aside: the receive's heap address).
+    #[test]
+    fn a_lone_rail_carries_the_same_frames_under_every_policy(
+        (ranks, _, msgs, seed, _) in scenario_strategy(),
+    ) {
+        let mut rng = Rng::new(seed);
+        let cfg = small_config(Policy::Adaptive, &mut rng);
+        let mut first: Option<(Policy, Vec<Vec<Frame>>)> = None;
+        for policy in Policy::ALL {
+            let cfg = Config { policy, ..cfg.clone() };
+            let t = run_scenario_transcripts(ranks, cfg.clone(), &msgs, seed)
+                .unwrap_or_else(|e| panic!("{e}\nconfig {cfg:?}"));
+            let t: Vec<Vec<Frame>> = t.iter().map(|p| frames(p)).collect();
+            prop_assert!(t.iter().any(|p| !p.is_empty()), "nothing was carried");
+            match &first {
+                None => first = Some((policy, t)),
+                Some((p0, t0)) => {
+                    for (pipe, (a, b)) in t.iter().zip(t0).enumerate() {
+                        let at = a.iter().zip(b).position(|(x, y)| x != y);
+                        prop_assert!(
+                            at.is_none() && a.len() == b.len(),
+                            "pipe {}: {:?} and {:?} differ at frame {:?} of {} / {}: {:?} / {:?}",
+                            pipe, policy, p0, at, a.len(), b.len(),
+                            at.map(|i| &a[i].0), at.map(|i| &b[i].0)
+                        );
+                    }
+                }
+            }
         }
     }
 
@@ -749,4 +785,22 @@ fn detached_sends_are_delivered_and_forgotten() {
         );
     }
     assert!(!sim.cores[0].is_pending(untracked));
+}
+
+/// A frame as a pipe carried it: its header and payload.
+type Frame = (FrameHeader, Vec<u8>);
+
+/// The frames of a pipe's transcript, a Cts's buffer address (its `value`) zeroed.
+fn frames(mut bytes: &[u8]) -> Vec<Frame> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (mut h, hlen) = FrameHeader::parse(bytes).expect("a simulated pipe carries frames");
+        let end = hlen + h.payload_len as usize;
+        if h.kind == FrameKind::Cts {
+            h.value = 0;
+        }
+        out.push((h, bytes[hlen..end].to_vec()));
+        bytes = &bytes[end..];
+    }
+    out
 }

@@ -66,7 +66,11 @@ pub fn run_scenario_with_faults(
     seed: u64,
     cut_every: usize,
 ) -> Result<u64, String> {
-    run_inner(ranks, rails, cfg, msgs, seed, cut_every, false).map(|(resent, _)| resent)
+    let how = How {
+        cut_every,
+        ..How::default()
+    };
+    run_inner(ranks, rails, cfg, msgs, seed, how).map(|r| r.resent)
 }
 
 /// As [`run_scenario`] over one lossless rail per pair (shared memory), small sends taking the
@@ -78,7 +82,42 @@ pub fn run_lossless_scenario(
     msgs: &[Msg],
     seed: u64,
 ) -> Result<u64, String> {
-    run_inner(ranks, 1, cfg, msgs, seed, 0, true).map(|(_, express)| express)
+    let how = How {
+        force_lossless: true,
+        ..How::default()
+    };
+    run_inner(ranks, 1, cfg, msgs, seed, how).map(|r| r.express_reads)
+}
+
+/// As [`run_scenario`] over one rail per pair, and returns every byte each pipe carried
+/// (`Cluster::transcripts`).
+pub fn run_scenario_transcripts(
+    ranks: usize,
+    cfg: Config,
+    msgs: &[Msg],
+    seed: u64,
+) -> Result<Vec<Vec<u8>>, String> {
+    let how = How {
+        record: true,
+        ..How::default()
+    };
+    run_inner(ranks, 1, cfg, msgs, seed, how).map(|r| r.transcripts)
+}
+
+/// How [`run_inner`] runs: about once in `cut_every` steps a rail is cut (0: never); every
+/// link lossless (else by the seed); every byte each pipe carries kept.
+#[derive(Default)]
+struct How {
+    cut_every: usize,
+    force_lossless: bool,
+    record: bool,
+}
+
+/// What [`run_inner`] saw besides the checks it made.
+struct Ran {
+    resent: u64,
+    express_reads: u64,
+    transcripts: Vec<Vec<u8>>,
 }
 
 /// A rank's memory as peers read and write it: regions by key (bytes, readable, writable).
@@ -288,14 +327,21 @@ fn run_inner(
     cfg: Config,
     msgs: &[Msg],
     seed: u64,
-    cut_every: usize,
-    force_lossless: bool,
-) -> Result<(u64, u64), String> {
+    how: How,
+) -> Result<Ran, String> {
+    let How {
+        cut_every,
+        force_lossless,
+        record,
+    } = how;
     let mut rng = Rng::new(seed ^ 0xabcdef);
     let mut rma_rng = Rng::new(seed ^ 0x5eed_4d4a);
     let (msgs, mut rmas, written) = split_rma(ranks, msgs, &mut rma_rng);
     let msgs = &msgs[..];
     let mut sim = Cluster::new(ranks, rails, cfg, seed);
+    if record {
+        sim.record();
+    }
     let regions: Vec<RegionMap> = (0..ranks)
         .map(|r| {
             let mut map = HashMap::new();
@@ -553,7 +599,11 @@ fn run_inner(
             ));
         }
     }
-    Ok((resent, sim.express_reads))
+    Ok(Ran {
+        resent,
+        express_reads: sim.express_reads,
+        transcripts: sim.transcripts().map(<[_]>::to_vec).unwrap_or_default(),
+    })
 }
 
 pub fn small_config(policy: Policy, rng: &mut Rng) -> Config {
