@@ -49,7 +49,8 @@ pub struct Cluster {
     pub steps: u64,
     /// Frames taken by [`Core::rx_express`].
     pub express_reads: u64,
-    /// Every byte each pipe carried, in order, once [`record`](Self::record) asked for it.
+    /// Every byte the ranks wrote to each pipe, in order, once [`record`](Self::record) asked
+    /// for it ([`inject`](Self::inject)ed bytes are not theirs).
     transcripts: Option<Vec<Vec<u8>>>,
 }
 
@@ -84,13 +85,14 @@ impl Cluster {
         }
     }
 
-    /// Keeps every byte each pipe carries from now on ([`transcripts`](Self::transcripts)).
+    /// Keeps every byte the ranks write to each pipe from now on
+    /// ([`transcripts`](Self::transcripts)).
     pub fn record(&mut self) {
         self.transcripts = Some(vec![Vec::new(); self.pipes.len()]);
     }
 
-    /// What each pipe carried since [`record`](Self::record), by source, destination and rail
-    /// (`(src * ranks + dst) * rails + rail`).
+    /// What the ranks wrote to each pipe since [`record`](Self::record), by source, destination
+    /// and rail (`(src * ranks + dst) * rails + rail`).
     pub fn transcripts(&self) -> Option<&[Vec<u8>]> {
         self.transcripts.as_deref()
     }
