@@ -1303,7 +1303,7 @@ impl Engine {
         Ok(None)
     }
 
-    /// May a receive on `ep` taking `filter` be served by [`try_recv_express`]
+    /// May a receive on `ep` taking `filter` be served by [`try_recv_express`](Self::try_recv_express)
     /// (Self::try_recv_express) instead of being posted? Only one that the links an express
     /// look reads can answer (other sockets are looked at only now and then while it spins): a
     /// named source, over shared memory or over its connected rails, or any source with no

@@ -23,7 +23,7 @@ pub struct Settings {
     /// HX_YIELD: yield the CPU while spinning (default: when ranks here outnumber the host's
     /// online cores).
     pub yield_while_spinning: bool,
-    /// HX_BULK_WAIT_US: how long a polling caller ([`Engine::progress_polled`]) that finds
+    /// HX_BULK_WAIT_US: how long a polling caller ([`Engine::progress_polled`](crate::Engine::progress_polled)) that finds
     /// nothing to do waits in epoll while bulk data is in flight over sockets (0: never).
     pub bulk_wait: Duration,
     /// HX_NOTSENT_LOWAT: unsent bytes a rail socket may hold.

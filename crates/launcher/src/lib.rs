@@ -4,7 +4,7 @@
 //! service. Arguments are turned into a checked [`plan`] before anything starts; the job's secret
 //! and the service's address reach the ranks in the environment, which is how `hx_bootstrap::from_env`
 //! finds them, so a different bootstrap (PMI, ssh) only changes this crate and that function, never
-//! the engine. Supervision ([`job`]) favours "no orphans, ever" over everything else: own process
+//! the engine. Supervision (`job`) favours "no orphans, ever" over everything else: own process
 //! groups, a parent-death signal, and a kill of every group on the way out.
 //!
 //! Exit codes: 0 if all ranks exit 0; else the first failing rank's status (128+signal for a

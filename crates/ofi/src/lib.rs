@@ -2,7 +2,7 @@
 //! calls [`fi_prov_ini`]; everything else is reached through the ops tables of the objects.
 //!
 //! Every `extern "C"` function is a few pointer checks and one call into Rust under
-//! [`util::guard`], so a panic becomes -FI_EOTHER instead of unwinding into C.
+//! `util::guard`, so a panic becomes -FI_EOTHER instead of unwinding into C.
 
 mod av;
 pub mod backend;

@@ -1204,7 +1204,7 @@ impl<B: Buffer> Core<B> {
         self.peers[peer as usize].direct = on;
     }
 
-    /// Declares `peer`'s links lossless (see [`Peer::lossless`]); both sides must agree, before
+    /// Declares `peer`'s links lossless (see `Peer::lossless`); both sides must agree, before
     /// the first frame, as they do for shared memory.
     pub fn set_lossless(&mut self, peer: Rank, on: bool) {
         self.peers[peer as usize].lossless = on;

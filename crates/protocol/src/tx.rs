@@ -265,7 +265,7 @@ impl<B: Buffer> Core<B> {
 
     /// A send that [`inline_start`](Self::inline_start) let leave at once, as a finished
     /// request (for callers that need one). Without tracking of finished requests it lives in
-    /// a small table of its own ([`InlineDone`](crate::core::InlineDone)): a whole request
+    /// a small table of its own (`InlineDone`): a whole request
     /// made, completed and taken again was about a quarter of a small send's instructions.
     pub fn inline_request(&mut self, peer: Rank, src_ep: EpId, tag: u64, buf: B) -> ReqId {
         if self.finished.is_none() {
@@ -843,7 +843,7 @@ impl<B: Buffer> Core<B> {
             && p.rails.iter().filter(|r| r.up).nth(1).is_some()
     }
 
-    /// Does the adaptive policy judge `peer`'s links ([`KeepUp`](crate::keep_up::KeepUp))?
+    /// Does the adaptive policy judge `peer`'s links (`KeepUp`)?
     /// Only over two rails or more: the driver's per-flush looks are skipped otherwise (every
     /// other policy, a shared-memory peer).
     pub fn judges_links(&self, peer: Rank) -> bool {
@@ -916,7 +916,7 @@ impl<B: Buffer> Core<B> {
 
     /// Adaptive: right after this flush's writes, at `now` (microseconds on any steady clock),
     /// `rail`'s link still holds `backlog` bytes (a socket's unsent and unacknowledged bytes):
-    /// whether it keeps up with writes ([`KeepUp`](crate::keep_up::KeepUp)).
+    /// whether it keeps up with writes (`KeepUp`).
     pub fn backlog_after_write(&mut self, peer: Rank, rail: usize, backlog: usize, now: u64) {
         if let Some(r) = self.peers[peer as usize].rails.get_mut(rail) {
             r.keep_up.judge(r.tx_bytes, backlog, now);

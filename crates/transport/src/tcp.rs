@@ -56,7 +56,7 @@ fn ctx(e: io::Error, what: String) -> io::Error {
 /// maximum: a burst of peers connecting at once waits there rather than being refused.
 ///
 /// `congestion`: the congestion control the connections it accepts start with (see
-/// [`first_congestion`]).
+/// `first_congestion`).
 pub fn listen(
     ip: Ipv4Addr,
     device: Option<&str>,
@@ -330,7 +330,7 @@ pub fn congestion_fd(fd: RawFd) -> io::Result<String> {
 
 /// Starts a nonblocking connection (for reconnecting a rail without stalling the progress loop);
 /// completion shows as writability. `congestion`: the algorithm it starts with
-/// ([`first_congestion`]).
+/// (`first_congestion`).
 pub fn connect_nonblocking(
     local: Ipv4Addr,
     device: Option<&str>,
