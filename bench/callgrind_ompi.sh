@@ -9,7 +9,9 @@
 #   bash bench/callgrind_ompi.sh [PROVIDER_DIR] [TEST]
 #
 # PROVIDER_DIR holds libhxcomm_fi.so (default target/release); TEST a bench/mpi_osu.c test
-# (default latency:8:20000:100). With PML=ob1 BTL=self,vader the same counts for vader (the
+# (default latency:8:20000:100). A bw test (e.g. bw:8:2000:100:64, Open MPI's message rate) puts
+# the receiving rank under callgrind instead and counts per message received: MPI_Irecv,
+# MPI_Waitall, fi_trecv, fi_cq_read. With PML=ob1 BTL=self,vader the same counts for vader (the
 # provider parts then read 0). DELAY_US=D makes rank 1 wait D us before each answer
 # (MPI_OSU_ANSWER_DELAY_US), so that rank 0, slowed down by callgrind, has posted its receive
 # when the answer lands, as at full speed: the reads then take the lone receive's ticket, and
@@ -27,18 +29,36 @@ if [ -n "${PML:-}" ]; then
 else
   mca=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include hxcomm)
 fi
-(cd "$out" && mpirun.openmpi "${mca[@]}" -np 1 -x FI_PROVIDER_PATH="$dir" valgrind \
-  --tool=callgrind --collect-atstart=no --toggle-collect=PMPI_Send --toggle-collect=PMPI_Recv \
-  "$out/osu" "$test" : -np 1 -x FI_PROVIDER_PATH="$dir" -x MPI_OSU_ANSWER_DELAY_US="${DELAY_US:-0}" \
-  "$out/osu" "$test" >/dev/null 2>&1)
+case $test in
+  bw:*)
+    # The receiving rank under callgrind, collecting in MPI_Irecv and MPI_Waitall, the sender
+    # at full speed: every message is there when looked for. Per message received.
+    (cd "$out" && mpirun.openmpi "${mca[@]}" -np 1 -x FI_PROVIDER_PATH="$dir" "$out/osu" "$test" \
+      : -np 1 -x FI_PROVIDER_PATH="$dir" valgrind --tool=callgrind --collect-atstart=no \
+      --toggle-collect=PMPI_Irecv --toggle-collect=PMPI_Waitall "$out/osu" "$test" \
+      >/dev/null 2>&1)
+    first=PMPI_Irecv ;;
+  *)
+    (cd "$out" && mpirun.openmpi "${mca[@]}" -np 1 -x FI_PROVIDER_PATH="$dir" valgrind \
+      --tool=callgrind --collect-atstart=no --toggle-collect=PMPI_Send \
+      --toggle-collect=PMPI_Recv "$out/osu" "$test" : -np 1 -x FI_PROVIDER_PATH="$dir" \
+      -x MPI_OSU_ANSWER_DELAY_US="${DELAY_US:-0}" "$out/osu" "$test" >/dev/null 2>&1)
+    first=PMPI_Send ;;
+esac
 f=$(ls "$out"/callgrind.out.*)
 callgrind_annotate --auto=no --inclusive=yes --tree=calling "$f" > "$out/tree.txt"
-calls=$(grep -E '> +\?\?\?:PMPI_Send ' "$out/tree.txt" | head -1 | grep -o '([0-9,]*x)' | tr -d '(),x')
+calls=$(grep -E "> +\?\?\?:$first " "$out/tree.txt" | head -1 | grep -o '([0-9,]*x)' | tr -d '(),x')
 total=$(callgrind_annotate --auto=no "$f" | grep 'PROGRAM TOTALS' | awk '{gsub(",","",$1); print $1}')
 part() {
   local v
   v=$(grep -E "x\)( |$)" "$out/tree.txt" | grep -E "$1" | head -1 | awk '{gsub(",","",$1); print $1}')
   echo $(( ${v:-0} / calls ))
 }
-echo "per round trip ($calls round trips, callgrind output in $out):"
-echo "  total $((total / calls)), MPI_Send $(part '> +\?\?\?:PMPI_Send '), MPI_Recv $(part '> +\?\?\?:PMPI_Recv '), fi_trecv $(part 'ep::t_recv '), fi_tinjectdata $(part 'ep::t_injectdata '), fi_cq_read $(part 'cq::cq_read ')"
+case $test in
+  bw:*)
+    echo "per message received ($calls messages, callgrind output in $out):"
+    echo "  total $((total / calls)), MPI_Irecv $(part '> +\?\?\?:PMPI_Irecv '), MPI_Waitall $(part '> +\?\?\?:PMPI_Waitall '), fi_trecv $(part 'ep::t_recv '), fi_cq_read $(part 'cq::cq_read ')" ;;
+  *)
+    echo "per round trip ($calls round trips, callgrind output in $out):"
+    echo "  total $((total / calls)), MPI_Send $(part '> +\?\?\?:PMPI_Send '), MPI_Recv $(part '> +\?\?\?:PMPI_Recv '), fi_trecv $(part 'ep::t_recv '), fi_tinjectdata $(part 'ep::t_injectdata '), fi_cq_read $(part 'cq::cq_read ')" ;;
+esac
