@@ -81,6 +81,17 @@ struct Armed {
     src_addr: fi_addr_t,
 }
 
+/// The address FI_SOURCE reports for `peer` in `av`, through the domain's one-entry cache when
+/// it holds `peer` for `av` (same generation: nothing was removed since).
+fn source_addr(cache: &mut Option<AvCache>, av: &AvShared, peer: PeerId) -> fi_addr_t {
+    match cache {
+        Some(c) if c.peer == peer && c.gen == av.generation() => {
+            *c.back.get_or_insert_with(|| av.fi_addr_of(peer))
+        }
+        _ => av.fi_addr_of(peer),
+    }
+}
+
 /// What an idle CQ read found ([`DomainShared::idle_look`]).
 pub enum Idle {
     /// Nothing came: -FI_EAGAIN.
@@ -378,6 +389,9 @@ pub struct AvCache {
     pub gen: u64,
     pub addr: fi_addr_t,
     pub peer: PeerId,
+    /// The address FI_SOURCE reports for `peer` ([`AvShared::fi_addr_of`]), once a ticket
+    /// asked for it: a ping-pong's every receive arms one, and the AV's lookup takes its lock.
+    pub back: Option<fi_addr_t>,
 }
 
 pub struct DomainState {
@@ -574,7 +588,7 @@ impl DomainShared {
         let src_addr = match p.av.is_null() {
             true => FI_ADDR_NOTAVAIL,
             // SAFETY: under the domain lock (see `Pending`).
-            false => unsafe { &*p.av }.fi_addr_of(t.src),
+            false => source_addr(&mut st.av_cache, unsafe { &*p.av }, t.src),
         };
         Some(Armed {
             context: p.context,

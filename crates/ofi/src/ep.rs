@@ -526,7 +526,12 @@ impl EpObj {
             }
         }
         let peer = self.peer(b, a, what)?;
-        st.av_cache = Some(AvCache { gen, addr: a, peer });
+        st.av_cache = Some(AvCache {
+            gen,
+            addr: a,
+            peer,
+            back: None,
+        });
         Ok(peer)
     }
 

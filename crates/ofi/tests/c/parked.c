@@ -100,6 +100,9 @@ static int send_done(const void *buf, size_t len, uint64_t tag)
 	return 0;
 }
 
+/* The peer's name, as its fi_getname gave it. */
+static char peer_name[64];
+
 static int open_all(void)
 {
 	struct fi_info *hints = fi_allocinfo(), *info;
@@ -129,6 +132,7 @@ static int open_all(void)
 	EXPECT(write(to_peer, name, 64) == 64);
 	EXPECT(read(from_peer, other, 64) == 64);
 	EXPECT(fi_av_insert(av, other, 1, &peer, 0, NULL) == 1);
+	memcpy(peer_name, other, sizeof peer_name);
 	fi_freeinfo(info);
 	fi_freeinfo(hints);
 	return 0;
@@ -246,6 +250,20 @@ static int receiver(void)
 		EXPECT(e.op_context == &c1 && v == i && src == peer);
 		CHECK(fi_tinject(ep, &v, sizeof v, peer, 1));
 	}
+	/* 15. The peer's name inserted again, at another index: a directed receive from that
+	 * index reports the first live index as its source; once the first is removed, the new
+	 * one (the source's address is looked up again after every removal). */
+	fi_addr_t again;
+	EXPECT(fi_av_insert(av, peer_name, 1, &again, 0, NULL) == 1 && again != peer);
+	for (uint64_t i = 0; i < 1000; i++) {
+		if (i == 500)
+			CHECK(fi_av_remove(av, &peer, 1, 0));
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, again, 1, 0, &c1));
+		EXPECT(poll_one(&e, &src) == 1);
+		EXPECT(e.op_context == &c1 && v == i && src == (i < 500 ? peer : again));
+		CHECK(fi_tinject(ep, &v, sizeof v, again, 1));
+	}
+	peer = again;
 
 	/* 2. Two receives for one tag: the first posted takes the first sent. */
 	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 2, 0, &c1));
@@ -463,12 +481,14 @@ static int sender(void)
 		EXPECT(poll_one(&e, NULL) == 1);
 		EXPECT(e.op_context == &c && v == i * 7 + 1);
 	}
-	for (uint64_t i = 0; i < 1000; i++) {
-		v = i;
-		CHECK(fi_tinject(ep, &v, sizeof v, peer, 1));
-		CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, 1, 0, &c));
-		EXPECT(poll_one(&e, NULL) == 1);
-		EXPECT(v == i);
+	for (int round = 0; round < 2; round++) {
+		for (uint64_t i = 0; i < 1000; i++) {
+			v = i;
+			CHECK(fi_tinject(ep, &v, sizeof v, peer, 1));
+			CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, 1, 0, &c));
+			EXPECT(poll_one(&e, NULL) == 1);
+			EXPECT(v == i);
+		}
 	}
 	CHECK(wait_peer());
 	CHECK(send_done("first", 6, 2));
