@@ -617,7 +617,7 @@ fn lane_messages_keep_their_place_among_ring_records() {
             let len = match rng(&mut seed) % 4 {
                 0 => 0,
                 1 | 2 => (rng(&mut seed) % (LANE_PAYLOAD as u64 + 1)) as usize,
-                _ => 1 + (rng(&mut seed) % 600) as usize,
+                _ => LANE_PAYLOAD + 1 + (rng(&mut seed) % 600) as usize,
             };
             let msg: Vec<u8> = (0..len).map(|k| (i * 31 + k) as u8).collect();
             if a.lane_send([i as u64, !(i as u64), 7], &msg) {
