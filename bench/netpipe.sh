@@ -68,7 +68,9 @@ median() {
 printf '%-10s %14s %14s %10s\n' size "$other_name" hxcomm ratio
 t_o=$(median other 8 3) t_h=$(median hxcomm 8 3)
 awk -v o="$t_o" -v h="$t_h" 'BEGIN { printf "%-10s %11.2f us %11.2f us %9.2fx\n", "8 B", o * 1e6, h * 1e6, h / o }'
-for s in 1024 65536 1048576 "$UPPER"; do
+sizes=(1024 65536 1048576)
+[ "$UPPER" -gt 1048576 ] && sizes+=("$UPPER")
+for s in "${sizes[@]}"; do
   b_o=$(median other "$s" 2) b_h=$(median hxcomm "$s" 2)
   awk -v s="$s" -v o="$b_o" -v h="$b_h" 'BEGIN {
     n = s >= 1048576 ? (s / 1048576) " MiB" : (s / 1024) " KiB"

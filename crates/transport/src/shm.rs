@@ -122,7 +122,9 @@ const fn footprint(len: usize) -> usize {
     align_up(payload_at(len) + len)
 }
 
-const MAGIC: u64 = u64::from_le_bytes(*b"HXSHMv03");
+// v04: lane slots of 2 KiB (c30f260). A peer of another layout is refused (its magic, and
+// its size: segment_len), never misread.
+const MAGIC: u64 = u64::from_le_bytes(*b"HXSHMv04");
 const HDR: usize = 4096;
 const LINE: usize = 128;
 const OFF_MAGIC: usize = 0;
