@@ -94,7 +94,8 @@ for mode in "${np_modes[@]}"; do
     fail "NPopenmpi -i $mode exited with an error (or timed out)" "$log"
   fi
   passed=$(grep -c 'Integrity check passed' "$log" || true)
-  if grep -i 'integrity check failed\|fail' "$log" || [ "$passed" -lt 40 ]; then
+  # (Only NetPIPE's own verdict: launcher warnings may say "failed" about other things.)
+  if grep -i 'integrity check failed' "$log" || [ "$passed" -lt 40 ]; then
     fail "NPopenmpi -i $mode: $passed sizes passed, expected 40 or more and no failure" "$log"
   fi
   echo "OK NetPIPE -i ${mode:-(blocking)}: $passed sizes, 1 B-8 MiB, every byte checked;" \
