@@ -19,19 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-10}
-exec 9>/tmp/hxcomm-bench.lock
-flock 9
-exec 8>/tmp/hxcomm-cargo.lock
-flock 8
-out=$(mktemp -d /tmp/provider_lane_probes.XXXXXX)
-git worktree add -q --detach "$out/tree" HEAD
-trap 'git worktree remove --force "$out/tree" >/dev/null 2>&1 || true' EXIT
-python3 bench/probes/provider_lane.py "$out/tree"
-(cd "$out/tree" && CARGO_TARGET_DIR="$out/target" cargo build --release -p hx-ofi -q)
-mkdir -p "$out/provider" && cp "$out/target/release/libhxcomm_fi.so" "$out/provider/"
-echo "probe provider: $out/provider"
-mpicc.openmpi -O2 -o "$out/osu" bench/mpi_osu.c
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. bench/probes/build.sh
+probe_build bench/probes/provider_lane.py
 xs=()
 for kv in "$@"; do xs+=(-x "$kv"); done
 for i in $(seq "$RUNS"); do

@@ -13,19 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-24}
-exec 9>/tmp/hxcomm-bench.lock
-flock 9
-exec 8>/tmp/hxcomm-cargo.lock
-flock 8
-out=$(mktemp -d /tmp/provider_segments.XXXXXX)
-git worktree add -q --detach "$out/tree" HEAD
-trap 'git worktree remove --force "$out/tree" >/dev/null 2>&1 || true' EXIT
-python3 bench/probes/provider_segments.py "$out/tree"
-(cd "$out/tree" && CARGO_TARGET_DIR="$out/target" cargo build --release -p hx-ofi -q)
-mkdir -p "$out/provider" && cp "$out/target/release/libhxcomm_fi.so" "$out/provider/"
-mpicc.openmpi -O2 -o "$out/osu" bench/mpi_osu.c
-echo "probe provider: $out/provider"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. bench/probes/build.sh
+probe_build bench/probes/provider_segments.py
 for i in $(seq "$RUNS"); do
   mpirun.openmpi --bind-to core --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include hxcomm \
     -np 2 -x FI_PROVIDER_PATH="$out/provider" -x EXP_STATS=1 \
