@@ -7,18 +7,19 @@
 # stamps (read -> send, fi_tinjectdata, send -> fi_trecv, fi_trecv, wait and serve, the loop)
 # in ns, and how its reads were served (ticket, serve_first, poll) and how many idle.
 #
-#   sudo RUNS=24 bash bench/probes/provider_segments.sh
+#   sudo RUNS=24 [SIZE=8] bash bench/probes/provider_segments.sh
 #
 # The stamps cost ~10 ns a round trip. Takes /tmp/hxcomm-bench.lock and /tmp/hxcomm-cargo.lock.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-24}
+SIZE=${SIZE:-8}
 . bench/probes/build.sh
 probe_build bench/probes/provider_segments.py
 for i in $(seq "$RUNS"); do
   mpirun.openmpi --bind-to core --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include hxcomm \
     -np 2 -x FI_PROVIDER_PATH="$out/provider" -x EXP_STATS=1 \
-    "$out/osu" latency:8:50000:1000 >"$out/run.$i.txt" 2>&1
+    "$out/osu" latency:$SIZE:50000:1000 >"$out/run.$i.txt" 2>&1
   echo "run $i: $(grep -o 'usec=[0-9.]*' "$out/run.$i.txt")"
   grep -o 'EXPSTATS rank [01][^E]*' "$out/run.$i.txt" | sort | sed 's/^EXPSTATS /  /'
 done
