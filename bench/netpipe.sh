@@ -11,7 +11,8 @@
 #
 # RUNS (default 5) runs of each; UPPER (default 4194304) the largest size. Prints NetPIPE's
 # one-way time at 8 bytes and its bandwidth at 1 KiB, 64 KiB, 1 MiB and UPPER; keeps the raw
-# outputs. NetPIPE prints times in steps of 10 ns, so same-host latencies are coarse.
+# outputs. NetPIPE prints times in steps of 10 ns, so same-host latencies are coarse. On one
+# host each run's CPU placement is probed first and printed with its 8-byte time.
 # Takes /tmp/hxcomm-bench.lock (no other benchmark beside it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,9 +52,18 @@ case $PLACE in
   *) echo "PLACE is host or testbed"; exit 1 ;;
 esac
 
+# One host: where the VM put CPUs 0 and 1 before each run (a cache line's one-way time
+# between them, bench/cacheline_pingpong.c). A run in the far placement (~250 ns) reads
+# 0.33-0.44 us at 8 bytes for either MPI, one in the near placement (~50 ns) 0.13-0.14, and
+# NetPIPE's long runs may change placement part way (BENCHMARKS.md, forty-third session).
+if [ "$PLACE" = host ]; then
+  . bench/cacheline.sh
+  cacheline_build "$out/clpp"
+fi
 for i in $(seq "$RUNS"); do
   for v in other hxcomm; do
     if [ $v = other ]; then args=("${other[@]}"); else args=("${hx[@]}"); fi
+    if [ "$PLACE" = host ]; then echo "$v $i $(cacheline_ns)" >> "$out/placement.txt"; fi
     timeout 600 mpirun "${where[@]}" "${args[@]}" NPopenmpi -u "$UPPER" -o "$out/$v.$i.out" \
       >"$out/$v.$i.log" 2>&1 || { echo "run $i of $v failed:"; tail -20 "$out/$v.$i.log"; exit 1; }
   done
@@ -71,6 +81,7 @@ awk -v o="$t_o" -v h="$t_h" 'BEGIN { printf "%-10s %11.2f us %11.2f us %9.2fx\n"
 sizes=(1024 65536 1048576)
 [ "$UPPER" -gt 1048576 ] && sizes+=("$UPPER")
 for s in "${sizes[@]}"; do
+  [ "$s" -le "$UPPER" ] || continue
   b_o=$(median other "$s" 2) b_h=$(median hxcomm "$s" 2)
   awk -v s="$s" -v o="$b_o" -v h="$b_h" 'BEGIN {
     n = s >= 1048576 ? (s / 1048576) " MiB" : (s / 1024) " KiB"
@@ -78,4 +89,11 @@ for s in "${sizes[@]}"; do
 done
 echo "(latency: NetPIPE's one-way time, lower is better, ratio hxcomm / $other_name; bandwidth:"
 echo " MB/s = NetPIPE's Mbps / 8, higher is better, ratio hxcomm / $other_name; medians of $RUNS)"
+if [ -f "$out/placement.txt" ]; then
+  echo "per run: a cache line's one-way time between CPUs 0 and 1 just before it, and its 8-byte time"
+  while read -r v i ns; do
+    t=$(awk '$1 == 8 { printf "%.2f", $3 * 1e6; exit }' "$out/$v.$i.out")
+    echo "  $v run $i: ${ns:-?} ns, ${t:-?} us"
+  done < "$out/placement.txt"
+fi
 echo "raw output in $out"
