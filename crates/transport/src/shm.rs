@@ -145,7 +145,7 @@ pub const LANE_SLOTS: u64 = 64;
 /// lines its payload needs (an 8-byte one its slot's first line). Open MPI over the provider,
 /// one host, against vader's latency: 64-byte slots took messages of up to 32 bytes, and 64
 /// bytes read 2.2x, 1 KiB 1.5x; 2 KiB slots (up to 2016 bytes) 1.1x and 1.0x, with 2 KiB and
-/// 3000 bytes still in the ring at 1.32x and 1.25x; these slots 1.06x and 1.10x. The 64 bytes
+/// 3000 bytes still in the ring at 1.30x and 1.24x; these slots 1.05x and 1.14x. The 64 bytes
 /// past 4 KiB also keep consecutive slots' lines in different cache sets. 520 KiB per peer
 /// pair beside 2 MiB of rings; pages are touched as slots are used.
 const SLOT: usize = 4096 + 64;
