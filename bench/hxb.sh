@@ -33,6 +33,7 @@
 #    build outside the bench lock); the idle it found is in the raw output.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. bench/testbed.sh
 if [ "$(id -u)" != 0 ]; then
   echo "bench/hxb.sh: needs root (network namespaces)" >&2
   exit 1
@@ -83,7 +84,7 @@ $B net up --name hd --hosts 8 --rails 6 --rate "$RATE8" >>"$out/net.log" || exit
 $B net up --name hy "${topo[@]}" --detours --rate "$RATE" >>"$out/net.log" || exit 1
 $B net up --name hz "${topo[@]}" --detours --rate "$RATE8" >>"$out/net.log" || exit 1
 sleep 2
-mgmt() { $B net status --name "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["mgmt_net"])'; }
+mgmt() { testbed_mgmt "$1" "$B"; }
 # MB/s of a tc rate (10^6 bytes/s).
 mbps() { python3 -c 'import re,sys; m=re.fullmatch(r"([\d.]+)(k|m|g)bit",sys.argv[1]); print(float(m[1])*{"k":1e3,"m":1e6,"g":1e9}[m[2]]/8e6)' "$1"; }
 rate_mb=$(mbps "$RATE")

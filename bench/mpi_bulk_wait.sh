@@ -11,6 +11,7 @@
 # Takes /tmp/hxcomm-bench.lock; brings its testbed (`bwt`) down on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/testbed.sh
 root=$PWD
 RUNS=${RUNS:-3}
 WINDOWS=${WINDOWS:-"4 64"}
@@ -25,7 +26,7 @@ tb=bwt
 cleanup() { target/release/hxcomm net down --name $tb >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 target/release/hxcomm net up --name $tb --hosts 2 --rails 4 --rate 1gbit >/dev/null
-mgmt=$(target/release/hxcomm net status --name $tb | awk '/management/ { for (i = 1; i <= NF; i++) if ($i == "management") { sub(",", "", $(i+1)); print $(i+1); exit } }')
+mgmt=$(testbed_mgmt $tb)
 P=$root/target/release
 
 # one SENDER_WAIT RECEIVER_WAIT WINDOW: rank 0 sends; each rank gets its own HX_BULK_WAIT_US

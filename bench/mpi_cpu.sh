@@ -14,6 +14,7 @@
 # run are not comparable), KEEP (1: keep the testbed up at the end).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. bench/testbed.sh
 runs=${1:-5}
 shift
 builds=("$@")
@@ -28,8 +29,7 @@ out=$(mktemp -d /tmp/mpi_cpu.XXXXXX)
 $B net up --name $name --hosts 2 --rails "$rails" --rate "$rate" >/dev/null || exit 1
 [ "${KEEP:-0}" = 1 ] || trap '$B net down --name $name >/dev/null' EXIT
 sleep 1
-st=$($B net status --name $name --json)
-mgmt_net=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mgmt_net"])' "$st")
+mgmt_net=$(testbed_mgmt $name "$B")
 mpicc -O2 -o "$out/osu" bench/mpi_osu.c || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Iterations of 64 x 4 MiB to last about `secs` at the wire rate (as compare sizes them).

@@ -8,6 +8,7 @@
 # CONFIGS (default "hxcomm btl_tcp ofi_tcp") narrow it down.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. bench/testbed.sh
 runs=${RUNS:-3}
 B=$PWD/target/release/hxcomm
 name=hxm
@@ -15,8 +16,7 @@ cargo build --release --workspace >/dev/null 2>&1 || { echo "build failed"; exit
 $B net up --name $name --hosts 2 --rails "${RAILS:-4}" --rate "${RATE:-1gbit}" >/dev/null || exit 1
 trap '$B net down --name $name >/dev/null' EXIT
 sleep 1
-st=$($B net status --name $name --json)
-mgmt_net=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["mgmt_net"])' "$st")
+mgmt_net=$(testbed_mgmt $name "$B")
 out=$(mktemp -d /tmp/mpi_hxcomm.XXXXXX)
 mpicc -O2 -o "$out/osu" bench/mpi_osu.c
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -16,6 +16,7 @@
 # Takes /tmp/hxcomm-bench.lock (no other benchmark beside it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/testbed.sh
 root=$PWD
 RUNS=${RUNS:-5}
 UPPER=${UPPER:-4194304}
@@ -42,7 +43,7 @@ case $PLACE in
     cleanup() { target/release/hxcomm net down --name $tb >/dev/null 2>&1 || true; }
     trap cleanup EXIT
     target/release/hxcomm net up --name $tb --hosts 2 --rails "$RAILS" --rate "$RATE" >/dev/null
-    mgmt=$(target/release/hxcomm net status --name $tb | awk '/management/ { for (i = 1; i <= NF; i++) if ($i == "management") { sub(",", "", $(i+1)); print $(i+1); exit } }')
+    mgmt=$(testbed_mgmt $tb)
     where=(-np 2 --host "${tb}0,${tb}1" --map-by node --bind-to none
       --mca plm_rsh_agent "$root/bench/netns-rsh" --mca oob_tcp_if_include "$mgmt")
     other_name=btl/tcp

@@ -13,6 +13,7 @@
 # mpi_rma arguments. Takes /tmp/hxcomm-bench.lock; brings its testbed (`rmat`) down on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/testbed.sh
 root=$PWD
 tb=rmat
 RUNS=${RUNS:-3}
@@ -27,7 +28,7 @@ flock 9
 "$root/target/release/hxcomm" net down --name $tb >/dev/null 2>&1 || true
 "$root/target/release/hxcomm" net up --hosts 2 --rails 4 --rate "${RATE:-1gbit}" --name $tb >/dev/null
 trap '"$root/target/release/hxcomm" net down --name $tb >/dev/null 2>&1' EXIT
-mgmt=$("$root/target/release/hxcomm" net status --name $tb | awk '/management/ { for (i = 1; i <= NF; i++) if ($i == "management") { sub(",", "", $(i+1)); print $(i+1); exit } }')
+mgmt=$(testbed_mgmt $tb "$root/target/release/hxcomm")
 base=(--bind-to none --mca plm_rsh_agent "$root/bench/netns-rsh" --mca oob_tcp_if_include "$mgmt"
   -np 2 --host ${tb}0,${tb}1 --map-by node -x FI_PROVIDER_PATH -x HX_JOB_SECRET)
 btlofi2=(--mca pml ob1 --mca btl self,vader,ofi --mca btl_ofi_mode 2 --mca btl_ofi_provider_include hxcomm --mca osc rdma ${OSC_ARGS:-})

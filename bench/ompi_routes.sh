@@ -18,6 +18,7 @@
 # /tmp/hxcomm-bench.lock and brings its testbed (`obt`) down on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/testbed.sh
 root=$PWD
 tb=obt
 RUNS=${RUNS:-3}
@@ -29,7 +30,7 @@ flock 9
 "$root/target/release/hxcomm" net down --name $tb >/dev/null 2>&1 || true
 "$root/target/release/hxcomm" net up --hosts 2 --rails 4 --rate "${RATE:-1gbit}" --name $tb >/dev/null
 trap '"$root/target/release/hxcomm" net down --name $tb >/dev/null 2>&1' EXIT
-mgmt=$("$root/target/release/hxcomm" net status --name $tb | awk '/management/ { for (i = 1; i <= NF; i++) if ($i == "management") { sub(",", "", $(i+1)); print $(i+1); exit } }')
+mgmt=$(testbed_mgmt $tb "$root/target/release/hxcomm")
 base=(--bind-to none --mca plm_rsh_agent "$root/bench/netns-rsh" --mca oob_tcp_if_include "$mgmt" -x FI_PROVIDER_PATH)
 cm=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include hxcomm)
 btlofi=(--mca pml ob1 --mca btl self,vader,ofi --mca btl_ofi_mode 1 --mca btl_ofi_provider_include hxcomm)
