@@ -46,6 +46,15 @@ const HOUSEKEEPING: Duration = Duration::from_millis(50);
 const SPIN_READ_LINKS: usize = 2;
 /// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
 const BULK_SLEEP: usize = 256 * 1024;
+/// A caller that polls in a loop ([`Engine::progress_polled`]) and finds nothing to do gives
+/// the CPU away (sched_yield) every this many idle rounds when a round is a syscall on sockets
+/// (~0.5-1 us: a yield every ~50 us), and every [`COURTESY_YIELD_POLLS`] when it looks at
+/// shared memory (~20-50 ns a round). A rank woken onto the CPU of a spinning one (the
+/// scheduler places a wakee beside its waker) otherwise waits for the spinner's time slice: a
+/// tick, 4 ms at HZ=250, twice per turn of a bandwidth test's window on the testbed. A yield
+/// with nobody waiting returns at once.
+const COURTESY_YIELD_SOCKET_POLLS: u32 = 64;
+const COURTESY_YIELD_POLLS: u32 = 1024;
 /// Bytes of direct copies (rendezvous messages written straight into a receiver's memory on
 /// this host) after which a round makes no more: whole messages, at least one.
 const DIRECT_COPY_BUDGET: usize = 1 << 20;
@@ -1827,7 +1836,8 @@ impl Engine {
     /// nothing to do while bulk data is in flight over sockets waits up to `HX_BULK_WAIT_US`
     /// (default 1 ms, rounded up to whole ms) in epoll for it. The socket buffers absorb the
     /// wakeup, so bandwidth stays and the CPU that spinning burns between segments is saved;
-    /// a reply or any other socket event ends the wait at once.
+    /// a reply or any other socket event ends the wait at once. A long idle stretch yields the
+    /// CPU now and then ([`COURTESY_YIELD_SOCKET_POLLS`]).
     pub fn progress_polled(&mut self) -> Result<(), Error> {
         let work = self.progress_once(0)?;
         if work > 0 {
@@ -1837,6 +1847,13 @@ impl Engine {
         // Summing the bulk bytes walks every peer (7% of an idle round when done each time):
         // look after a few idle rounds, which also lets a reply that is on its way come in.
         self.idle_polls = self.idle_polls.wrapping_add(1);
+        let every = match self.polled.is_empty() {
+            true => COURTESY_YIELD_SOCKET_POLLS,
+            false => COURTESY_YIELD_POLLS,
+        };
+        if self.idle_polls.is_multiple_of(every) {
+            let _ = nix::sched::sched_yield();
+        }
         let wait = self.settings.bulk_wait;
         if !wait.is_zero() && self.idle_polls.is_multiple_of(8) {
             let queued = self.queued_bulk();
