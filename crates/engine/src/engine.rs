@@ -46,8 +46,8 @@ const HOUSEKEEPING: Duration = Duration::from_millis(50);
 const SPIN_READ_LINKS: usize = 2;
 /// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
 const BULK_SLEEP: usize = 256 * 1024;
-/// A caller that polls in a loop ([`Engine::progress_polled`]) and finds nothing to do gives
-/// the CPU away (sched_yield) every this many idle rounds when a round is a syscall on sockets
+/// A caller that polls in a loop ([`Engine::progress_polled`]) or spins in a waiting call and
+/// finds nothing to do gives the CPU away (sched_yield) every this many idle rounds when a round is a syscall on sockets
 /// (~0.5-1 us: a yield every ~50 us), and every [`COURTESY_YIELD_POLLS`] when it looks at
 /// shared memory (~20-50 ns a round). A rank woken onto the CPU of a spinning one (the
 /// scheduler places a wakee beside its waker) otherwise waits for the spinner's time slice: a
@@ -1711,6 +1711,7 @@ impl Engine {
                 if self.settings.yield_while_spinning {
                     let _ = nix::sched::sched_yield();
                 } else {
+                    self.courtesy_yield(idle_rounds);
                     std::hint::spin_loop();
                 }
                 continue;
@@ -1721,6 +1722,18 @@ impl Engine {
             idle_rounds = 0;
             asleep = bulk;
             self.bulk_asleep = asleep;
+        }
+    }
+
+    /// After `idle_rounds` rounds that found nothing, now and then lets another task on this CPU
+    /// run ([`COURTESY_YIELD_SOCKET_POLLS`]).
+    fn courtesy_yield(&self, idle_rounds: u32) {
+        let every = match self.polled.is_empty() {
+            true => COURTESY_YIELD_SOCKET_POLLS,
+            false => COURTESY_YIELD_POLLS,
+        };
+        if idle_rounds.is_multiple_of(every) {
+            let _ = nix::sched::sched_yield();
         }
     }
 
@@ -1847,13 +1860,7 @@ impl Engine {
         // Summing the bulk bytes walks every peer (7% of an idle round when done each time):
         // look after a few idle rounds, which also lets a reply that is on its way come in.
         self.idle_polls = self.idle_polls.wrapping_add(1);
-        let every = match self.polled.is_empty() {
-            true => COURTESY_YIELD_SOCKET_POLLS,
-            false => COURTESY_YIELD_POLLS,
-        };
-        if self.idle_polls.is_multiple_of(every) {
-            let _ = nix::sched::sched_yield();
-        }
+        self.courtesy_yield(self.idle_polls);
         let wait = self.settings.bulk_wait;
         if !wait.is_zero() && self.idle_polls.is_multiple_of(8) {
             let queued = self.queued_bulk();
