@@ -1850,7 +1850,7 @@ impl Engine {
     /// (default 1 ms, rounded up to whole ms) in epoll for it. The socket buffers absorb the
     /// wakeup, so bandwidth stays and the CPU that spinning burns between segments is saved;
     /// a reply or any other socket event ends the wait at once. A long idle stretch yields the
-    /// CPU now and then ([`COURTESY_YIELD_SOCKET_POLLS`]).
+    /// CPU now and then: every 64 idle rounds over sockets, every 1024 over shared memory.
     pub fn progress_polled(&mut self) -> Result<(), Error> {
         let work = self.progress_once(0)?;
         if work > 0 {
