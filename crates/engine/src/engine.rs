@@ -1623,11 +1623,20 @@ impl Engine {
     /// when it is, nothing is armed (that would cost syscalls for a wakeup nobody waits for).
     pub fn test(&mut self, req: Request) -> Result<Option<Status>, Error> {
         if !self.known(req)? {
-            self.progress_once(0)?;
+            let work = self.progress_once(0)?;
             if !self.known(req)? {
                 // Arming looks at the rings once more and may complete it after all.
                 self.arm_for_wait()?;
                 if !self.known(req)? {
+                    // A caller that tests in a loop polls: it too gives the CPU away now and
+                    // then while nothing happens. Arming made syscalls even over shared
+                    // memory, so its rounds count as socket rounds.
+                    if work > 0 {
+                        self.idle_polls = 0;
+                    } else {
+                        self.idle_polls = self.idle_polls.wrapping_add(1);
+                        Self::yield_every(self.idle_polls, COURTESY_YIELD_SOCKET_POLLS);
+                    }
                     return Ok(None);
                 }
             }
@@ -1736,6 +1745,11 @@ impl Engine {
             true => COURTESY_YIELD_SOCKET_POLLS,
             false => COURTESY_YIELD_POLLS,
         };
+        Self::yield_every(idle_rounds, every);
+    }
+
+    /// Yields on every `every`th idle round (a power of two).
+    fn yield_every(idle_rounds: u32, every: u32) {
         if idle_rounds & (every - 1) == 0 {
             let _ = nix::sched::sched_yield();
         }
