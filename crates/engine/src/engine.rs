@@ -49,10 +49,10 @@ const BULK_SLEEP: usize = 256 * 1024;
 /// A caller that polls in a loop ([`Engine::progress_polled`]) or spins in a waiting call and
 /// finds nothing to do gives the CPU away (sched_yield) every this many idle rounds when a
 /// round is a syscall on sockets (~0.5-1 us: a yield every ~50 us), and every
-/// [`COURTESY_YIELD_POLLS`] when it looks at shared memory (~20-50 ns a round). A rank woken onto the CPU of a spinning one (the
-/// scheduler places a wakee beside its waker) otherwise waits for the spinner's time slice: a
-/// tick, 4 ms at HZ=250, twice per turn of a bandwidth test's window on the testbed. A yield
-/// with nobody waiting returns at once.
+/// [`COURTESY_YIELD_POLLS`] when it looks at shared memory (~20-50 ns a round). A rank woken
+/// onto the CPU of a spinning one (the scheduler places a wakee beside its waker) otherwise
+/// waits for the spinner's time slice: a tick, 4 ms at HZ=250, twice per turn of a bandwidth
+/// test's window on the testbed. A yield with nobody waiting returns at once.
 const COURTESY_YIELD_SOCKET_POLLS: u32 = 64;
 const COURTESY_YIELD_POLLS: u32 = 1024;
 // Powers of two: the idle path tests a mask, not a division.

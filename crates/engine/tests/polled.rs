@@ -1,10 +1,10 @@
 //! Callers that poll the engine in a loop ([`Engine::progress_polled`], as the libfabric
 //! provider's CQ reads do for Open MPI, or [`Engine::test`], as a C program's hx_test loop
-//! does) and find themselves on one CPU: each hands the CPU to
-//! the other within a few dozen idle rounds. Without that, a rank woken onto the CPU of a
-//! spinning one waited for the spinner's time slice (a scheduler tick, 4 ms at HZ=250) twice per
-//! round trip: 3.5-5 ms lost at every turn of a bandwidth test's window (BENCHMARKS.md, "The
-//! bulk-wait loss was two ranks on one CPU").
+//! does) and find themselves on one CPU: each hands the CPU to the other within a few dozen
+//! idle rounds. Without that, a rank woken onto the CPU of a spinning one waited for the
+//! spinner's time slice (a scheduler tick, 4 ms at HZ=250) twice per round trip: 3.5-5 ms lost
+//! at every turn of a bandwidth test's window (BENCHMARKS.md, "The bulk-wait loss was two
+//! ranks on one CPU").
 //!
 //! Its own test binary: other tests running beside it would spin on the CPU it pins to.
 
@@ -99,9 +99,9 @@ fn polling_engines_on_one_cpu_hand_it_to_each_other() {
             // milliseconds per round trip.
             assert!(
                 per_round_trip < Duration::from_millis(1),
-                "shm {shm}, {how:?}, engine {i}: {per_round_trip:?} per round trip on one CPU (fastest of \
-             {BATCHES} batches of {ROUNDS}): the engines waited for each other's time slice \
-             instead of yielding"
+                "shm {shm}, {how:?}, engine {i}: {per_round_trip:?} per round trip on one \
+                 CPU (fastest of {BATCHES} batches of {ROUNDS}): the engines waited for each \
+                 other's time slice instead of yielding"
             );
         });
     }
