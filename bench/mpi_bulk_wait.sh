@@ -2,9 +2,10 @@
 # Open MPI + hxcomm one way between two testbed hosts on 4 x 1 Gbit/s rails, with the
 # provider's bulk wait (HX_BULK_WAIT_US: a CQ read with nothing to do while bulk data is in
 # flight sleeps in epoll) on both ranks, on neither, or on one (BENCHMARKS.md, "Open MPI one
-# way on 4 x 1 Gbit/s: the missing 1% is the bulk wait on both sides"). Per window of
-# bench/mpi_osu.c's bandwidth test (4 MiB messages in flight, then an acknowledgement) and
-# setting: MB/s and CPU-s per GB of each run, interleaved.
+# way on 4 x 1 Gbit/s: the missing 1% is the bulk wait on both sides", and its correction, "The
+# bulk-wait loss was two ranks on one CPU"; bench/probes/window_turns.sh shows a turn). Per
+# window of bench/mpi_osu.c's bandwidth test (4 MiB messages in flight, then an
+# acknowledgement) and setting: MB/s and CPU-s per GB of each run, interleaved.
 #
 #   sudo RUNS=3 WINDOWS="4 64" bash bench/mpi_bulk_wait.sh
 #
