@@ -96,7 +96,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "RCVBUF",
         "0",
-        "receive buffer of a TCP rail socket (SO_RCVBUF, which the kernel doubles; capped by net.core.rmem_max unless the process has CAP_NET_ADMIN); 0: the kernel sizes it (autotuning). Where the CPU is the limit and a rank only receives, 512k-2m keeps unread data warm in the cache: one way over unlimited rails 1.02-1.14x with no slow runs in two sets, 0.89-0.99x with slow runs in a third; both ways 0.84-0.95x the kernel's sizing",
+        "receive buffer of a TCP rail socket (SO_RCVBUF, which the kernel doubles; capped by net.core.rmem_max unless the process has CAP_NET_ADMIN); 0: the kernel sizes it (autotuning). Where the CPU is the limit and a rank only receives, 512k-2m read 1.02-1.14x one way over unlimited rails with no slow runs in two sets, 0.89-0.99x and 0.75-1.00x with slow runs under every size in two more (the machine's, not the buffer's); both ways 0.84-0.95x the kernel's sizing",
     ),
     (
         "TCP_CONGESTION",
