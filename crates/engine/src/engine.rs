@@ -46,6 +46,150 @@ const HOUSEKEEPING: Duration = Duration::from_millis(50);
 const SPIN_READ_LINKS: usize = 2;
 /// Above this many bytes in flight, waiting calls sleep in epoll rather than spin.
 const BULK_SLEEP: usize = 256 * 1024;
+/// A sleep for bulk data that ends sooner than this (the wakeup included) saved nothing: the
+/// data was there again at once, as where the CPU and not the wire is the limit. On a
+/// 1 Gbit/s rail a sleep lasts until a mark's worth has come (64 KiB: ~0.5 ms per rail).
+const BULK_SLEEP_SHORT: Duration = Duration::from_micros(50);
+/// A run of short sleeps this long, receiving at least [`BULK_FAST_BYTES_PER_S`], has the
+/// waiting call try spinning. Four 1 Gbit/s rails bring 0.5 GB/s at most: they never do.
+const BULK_SHORT_RUN: Duration = Duration::from_millis(2);
+const BULK_FAST_BYTES_PER_S: f64 = 1e9;
+/// Each way of waiting is tried this long, and the bytes received in it compared.
+const BULK_TRIAL: Duration = Duration::from_millis(20);
+/// The way that received more (spinning must win by [`BULK_SPIN_GAIN`]) is kept this long,
+/// then tried again: the machine's state changes on the scale of seconds. Each time sleeping
+/// wins again, it is kept twice as long, up to [`BULK_KEEP_MAX`].
+const BULK_KEEP: Duration = Duration::from_millis(200);
+const BULK_KEEP_MAX: Duration = Duration::from_secs(5);
+/// Spinning, when it wins, is kept longer: a sleeping trial lets the sockets fill again.
+const BULK_KEEP_SPIN: Duration = Duration::from_secs(1);
+const BULK_SPIN_GAIN: f64 = 1.05;
+
+/// How a waiting call waits while bulk data is in flight ([`Engine::wait_until`],
+/// [`Engine::progress_polled`]): it sleeps in epoll, unless sleeping does not pay. Over fast
+/// links sleeps end within microseconds, and a receiver that sleeps lets unread data pile up
+/// in its sockets (1-1.8 MB per rail): 4 MiB one way over 4 unlimited testbed rails ran at
+/// ~6.3 GB/s, against ~8.5 with the receiver spinning. With the two vCPUs far apart, though,
+/// a spinning receiver was the slower (BENCHMARKS.md, "Forty-fifth session"). So after 2 ms of
+/// short sleeps that received at least 1 GB/s, the judge tries both ways, 20 ms each, keeps the
+/// one that received more (spinning for 1 s; sleeping for 200 ms, twice as long each time it
+/// wins again, up to 5 s), and tries again. A rank that only sends receives little, and sleeps.
+#[derive(Debug, Default)]
+struct BulkSleepJudge {
+    /// Start of the current run of short sleeps, and the bytes received by then.
+    run: Option<(Instant, u64)>,
+    /// How long sleeping is kept when it wins (0: [`BULK_KEEP`]).
+    keep: Duration,
+    phase: BulkPhase,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum BulkPhase {
+    /// Sleeping, counting short sleeps.
+    #[default]
+    Sleep,
+    /// Trying to spin since `since`, with `bytes` received then.
+    TrySpin { since: Instant, bytes: u64 },
+    /// Trying to sleep again, after spinning received at `spin_rate` bytes a second.
+    TrySleep {
+        since: Instant,
+        bytes: u64,
+        spin_rate: f64,
+    },
+    /// Spinning won: spin until then.
+    Spin { until: Instant },
+    /// Sleeping won: sleep until then without counting short sleeps.
+    Hold { until: Instant },
+}
+
+fn rate(bytes: u64, since_bytes: u64, took: Duration) -> f64 {
+    bytes.saturating_sub(since_bytes) as f64 / took.as_secs_f64().max(1e-9)
+}
+
+impl BulkSleepJudge {
+    /// May a waiting call sleep for bulk data now, `bytes` having been received in all?
+    fn sleep_pays(&mut self, now: Instant, bytes: u64) -> bool {
+        match self.phase {
+            BulkPhase::Sleep => true,
+            BulkPhase::TrySpin { since, bytes: b0 } => {
+                if now.duration_since(since) < BULK_TRIAL {
+                    return false;
+                }
+                let spin_rate = rate(bytes, b0, now.duration_since(since));
+                self.phase = BulkPhase::TrySleep {
+                    since: now,
+                    bytes,
+                    spin_rate,
+                };
+                true
+            }
+            BulkPhase::TrySleep {
+                since,
+                bytes: b0,
+                spin_rate,
+            } => {
+                if now.duration_since(since) < BULK_TRIAL {
+                    return true;
+                }
+                let sleep_rate = rate(bytes, b0, now.duration_since(since));
+                if spin_rate > sleep_rate * BULK_SPIN_GAIN {
+                    self.keep = BULK_KEEP;
+                    self.phase = BulkPhase::Spin {
+                        until: now + BULK_KEEP_SPIN,
+                    };
+                    false
+                } else {
+                    self.keep = (self.keep * 2).clamp(BULK_KEEP, BULK_KEEP_MAX);
+                    self.phase = BulkPhase::Hold {
+                        until: now + self.keep,
+                    };
+                    true
+                }
+            }
+            BulkPhase::Spin { until } => {
+                if now >= until {
+                    self.phase = BulkPhase::TrySpin { since: now, bytes };
+                }
+                false
+            }
+            BulkPhase::Hold { until } => {
+                if now >= until {
+                    self.run = None;
+                    self.phase = BulkPhase::Sleep;
+                }
+                true
+            }
+        }
+    }
+
+    /// Spinning for now (unless the clock says otherwise: [`sleep_pays`](Self::sleep_pays)).
+    fn spinning(&self) -> bool {
+        matches!(
+            self.phase,
+            BulkPhase::TrySpin { .. } | BulkPhase::Spin { .. }
+        )
+    }
+
+    /// A sleep for bulk data took `took` and ended `now`, `bytes` having been received in all.
+    fn slept(&mut self, took: Duration, now: Instant, bytes: u64) {
+        if self.phase != BulkPhase::Sleep {
+            return;
+        }
+        if took >= BULK_SLEEP_SHORT {
+            self.run = None;
+            return;
+        }
+        let (since, b0) = *self.run.get_or_insert((now, bytes));
+        let span = now.duration_since(since);
+        if span < BULK_SHORT_RUN {
+            return;
+        }
+        self.run = None;
+        if rate(bytes, b0, span) >= BULK_FAST_BYTES_PER_S {
+            self.phase = BulkPhase::TrySpin { since: now, bytes };
+        }
+    }
+}
 /// A caller that polls in a loop ([`Engine::progress_polled`]) or spins in a waiting call and
 /// finds nothing to do gives the CPU away (sched_yield) every this many idle rounds when a
 /// round is a syscall on sockets (~0.5-1 us: a yield every ~50 us), and every
@@ -189,6 +333,10 @@ pub struct Engine {
     /// The engine sleeps in epoll while bulk data comes and goes (rather than spinning): socket
     /// rails' SO_RCVLOWAT follows large payloads then ([`tune_rcvlowat`](Self::tune_rcvlowat)).
     bulk_asleep: bool,
+    /// Whether sleeping for bulk data pays now (over fast links it may not).
+    bulk_sleep: BulkSleepJudge,
+    /// Bytes read from socket rails, for the judge's trials.
+    rx_bytes: u64,
     next_housekeeping: Instant,
     /// The clock the protocol core is given (microseconds since this instant).
     created: Instant,
@@ -528,6 +676,8 @@ impl Engine {
             latency_cc,
             raised_lowat: 0,
             bulk_asleep: false,
+            bulk_sleep: BulkSleepJudge::default(),
+            rx_bytes: 0,
             next_housekeeping: Instant::now(),
             created: Instant::now(),
             rail_failures: 0,
@@ -1699,10 +1849,13 @@ impl Engine {
                 return Ok(());
             }
             if asleep {
+                let t0 = Instant::now();
                 self.progress_once(100)?;
+                let now = Instant::now();
+                self.bulk_sleep.slept(now - t0, now, self.rx_bytes);
                 let queued = self.queued_bulk();
                 self.lower_lowats_below(queued);
-                asleep = queued >= BULK_SLEEP;
+                asleep = queued >= BULK_SLEEP && self.bulk_sleep.sleep_pays(now, self.rx_bytes);
                 self.bulk_asleep = asleep;
                 continue;
             }
@@ -1716,10 +1869,15 @@ impl Engine {
             // (Shared memory has no socket buffer to absorb a wakeup: keep spinning there.)
             let queued = self.queued_bulk();
             self.lower_lowats_below(queued);
-            let bulk = queued >= BULK_SLEEP;
             idle_rounds = idle_rounds.wrapping_add(1);
-            let spin_over = !idle_rounds.is_multiple_of(32)
-                || idle_since.get_or_insert_with(Instant::now).elapsed() < self.settings.spin;
+            // The clock only every 32 idle rounds (as for the spin time): in between, bulk
+            // data that keeps the judge spinning counts as none.
+            let look = idle_rounds.is_multiple_of(32);
+            let bulk = queued >= BULK_SLEEP
+                && (!self.bulk_sleep.spinning()
+                    || look && self.bulk_sleep.sleep_pays(Instant::now(), self.rx_bytes));
+            let spin_over =
+                !look || idle_since.get_or_insert_with(Instant::now).elapsed() < self.settings.spin;
             if spin_over && !bulk {
                 if self.settings.yield_while_spinning {
                     let _ = nix::sched::sched_yield();
@@ -1730,7 +1888,12 @@ impl Engine {
                 continue;
             }
             self.bulk_asleep = bulk;
+            let t0 = Instant::now();
             self.progress_once(100)?;
+            if bulk {
+                let now = Instant::now();
+                self.bulk_sleep.slept(now - t0, now, self.rx_bytes);
+            }
             idle_since = None;
             idle_rounds = 0;
             asleep = bulk;
@@ -1867,7 +2030,9 @@ impl Engine {
     /// nothing to do while bulk data is in flight over sockets waits up to `HX_BULK_WAIT_US`
     /// (default 1 ms, rounded up to whole ms) in epoll for it. The socket buffers absorb the
     /// wakeup, so bandwidth stays and the CPU that spinning burns between segments is saved;
-    /// a reply or any other socket event ends the wait at once. A long idle stretch yields the
+    /// a reply or any other socket event ends the wait at once. Over fast links, where such
+    /// waits keep ending within microseconds, the rounds return at once for a while instead
+    /// (as a waiting call spins then: `BulkSleepJudge`). A long idle stretch yields the
     /// CPU now and then: every 64 idle rounds over sockets, every 1024 over shared memory.
     pub fn progress_polled(&mut self) -> Result<(), Error> {
         let work = self.progress_once(0)?;
@@ -1883,13 +2048,20 @@ impl Engine {
         if !wait.is_zero() && self.idle_polls.is_multiple_of(8) {
             let queued = self.queued_bulk();
             self.lower_lowats_below(queued);
-            self.bulk_asleep = queued >= BULK_SLEEP;
-            if queued >= BULK_SLEEP {
+            // Over fast links the judge has the caller poll instead, as a waiting call spins.
+            let bulk =
+                queued >= BULK_SLEEP && self.bulk_sleep.sleep_pays(Instant::now(), self.rx_bytes);
+            self.bulk_asleep = bulk;
+            if bulk {
                 let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                let t0 = Instant::now();
+                let work = self.progress_once(ms)?;
+                let now = Instant::now();
+                self.bulk_sleep.slept(now - t0, now, self.rx_bytes);
                 // Woken by data (not the timeout): more is on its way, so the next idle call
                 // waits again at once rather than after another 7 polls (each a recv or an
                 // epoll_wait that finds nothing on a wire-limited rail).
-                if self.progress_once(ms)? > 0 {
+                if work > 0 {
                     self.idle_polls = 7;
                 }
             }
@@ -2470,6 +2642,7 @@ impl Engine {
                 }
                 Ok(n) => {
                     total += n;
+                    self.rx_bytes += n as u64;
                     self.rcvlowat_filled(peer, rail, n);
                     if let Err(e) = self.core.rx_done(peer, rail, n) {
                         self.rail_down(peer, rail, &e.to_string(), false);
@@ -2716,6 +2889,103 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Drives a judge through a run of short sleeps and both trials; `spin_bytes` and
+    /// `sleep_bytes` are received during the spinning and the sleeping trial.
+    fn judge_trials(spin_bytes: u64, sleep_bytes: u64) -> (BulkSleepJudge, Instant) {
+        let short = BULK_SLEEP_SHORT / 2;
+        let mut j = BulkSleepJudge::default();
+        let (t, b) = fast_run(&mut j, Instant::now());
+        assert!(j.spinning());
+        assert!(!j.sleep_pays(t + BULK_TRIAL / 2, b + spin_bytes / 2));
+        let t1 = t + BULK_TRIAL;
+        // The spinning trial ends: now sleep, and measure that.
+        assert!(j.sleep_pays(t1, b + spin_bytes));
+        assert!(!j.spinning());
+        j.slept(short, t1, b + spin_bytes); // short sleeps do not count during a trial
+        assert!(j.sleep_pays(t1 + BULK_TRIAL / 2, b + spin_bytes + sleep_bytes / 2));
+        let t2 = t1 + BULK_TRIAL;
+        j.sleep_pays(t2, b + spin_bytes + sleep_bytes);
+        (j, t2)
+    }
+
+    /// Short sleeps every 100 us, 1 MB received in each (10 GB/s), for 2 ms from `t`.
+    fn fast_run(j: &mut BulkSleepJudge, t: Instant) -> (Instant, u64) {
+        let step = Duration::from_micros(100);
+        let mut now = t;
+        let mut bytes = 0;
+        while now.duration_since(t) < BULK_SHORT_RUN {
+            assert!(j.sleep_pays(now, bytes));
+            j.slept(BULK_SLEEP_SHORT / 2, now, bytes);
+            now += step;
+            bytes += 1 << 20;
+        }
+        j.slept(BULK_SLEEP_SHORT / 2, now, bytes);
+        (now, bytes)
+    }
+
+    #[test]
+    fn fast_short_bulk_sleeps_start_trials_and_slow_or_long_ones_do_not() {
+        let t = Instant::now();
+        let short = BULK_SLEEP_SHORT / 2;
+        // A long sleep (a wire-limited rail: until a mark's worth has come) breaks the run.
+        let mut j = BulkSleepJudge::default();
+        j.slept(short, t, 0);
+        j.slept(BULK_SLEEP_SHORT, t + BULK_SHORT_RUN / 2, 1 << 30);
+        j.slept(short, t + BULK_SHORT_RUN, 1 << 30);
+        assert!(!j.spinning());
+        // Short sleeps receiving 0.5 GB/s (four 1 Gbit/s rails): no trial.
+        let mut j = BulkSleepJudge::default();
+        let step = Duration::from_micros(100);
+        for k in 0..=2 * (BULK_SHORT_RUN.as_micros() / 100) as u32 {
+            j.slept(short, t + step * k, k as u64 * 50_000);
+        }
+        assert!(!j.spinning());
+        assert!(j.sleep_pays(t, 0));
+        // Fast ones: a trial of spinning.
+        let mut j = BulkSleepJudge::default();
+        fast_run(&mut j, t);
+        assert!(j.spinning());
+        assert!(!j.sleep_pays(t, 0));
+    }
+
+    #[test]
+    fn spinning_is_kept_only_when_it_received_more_and_is_tried_again_later() {
+        // Spinning received 20% more: keep spinning, then try again.
+        let (mut j, t) = judge_trials(120 << 20, 100 << 20);
+        assert!(j.spinning());
+        assert!(!j.sleep_pays(t + BULK_KEEP_SPIN - Duration::from_millis(1), 0));
+        assert!(!j.sleep_pays(t + BULK_KEEP_SPIN, 0));
+        assert!(matches!(j.phase, BulkPhase::TrySpin { .. }));
+        // Within the margin, or a rank that only sends (nothing received either way): sleep,
+        // without counting short sleeps for a while, then judge afresh.
+        for (spin, sleep) in [(104 << 20, 100 << 20), (0, 0), (90 << 20, 100 << 20)] {
+            let (mut j, t) = judge_trials(spin, sleep);
+            assert!(!j.spinning(), "{spin} against {sleep}");
+            fast_run(&mut j, t);
+            assert!(!j.spinning());
+            assert!(j.sleep_pays(t + BULK_KEEP, 0));
+            assert_eq!(j.phase, BulkPhase::Sleep);
+        }
+        // Sleeping winning again is kept longer each time, up to BULK_KEEP_MAX.
+        let (mut j, mut t) = judge_trials(100, 100);
+        let mut keeps = vec![];
+        for _ in 0..8 {
+            let BulkPhase::Hold { until } = j.phase else {
+                panic!("{:?}", j.phase)
+            };
+            keeps.push(until - t);
+            assert!(j.sleep_pays(until, 0));
+            t = fast_run(&mut j, until).0;
+            assert!(j.spinning());
+            assert!(j.sleep_pays(t + BULK_TRIAL, 0));
+            t += BULK_TRIAL * 2;
+            assert!(j.sleep_pays(t, 0));
+        }
+        assert_eq!(keeps[0], BULK_KEEP);
+        assert_eq!(keeps[1], BULK_KEEP * 2);
+        assert_eq!(*keeps.last().unwrap(), BULK_KEEP_MAX);
+    }
 
     #[test]
     fn marks_stay_on_wire_limited_rails_and_go_on_fast_ones() {
