@@ -190,6 +190,7 @@ impl BulkSleepJudge {
         }
     }
 }
+
 /// A caller that polls in a loop ([`Engine::progress_polled`]) or spins in a waiting call and
 /// finds nothing to do gives the CPU away (sched_yield) every this many idle rounds when a
 /// round is a syscall on sockets (~0.5-1 us: a yield every ~50 us), and every
