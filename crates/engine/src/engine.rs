@@ -1850,10 +1850,7 @@ impl Engine {
                 return Ok(());
             }
             if asleep {
-                let t0 = Instant::now();
-                self.progress_once(100)?;
-                let now = Instant::now();
-                self.bulk_sleep.slept(now - t0, now, self.rx_bytes);
+                let (_, now) = self.sleep_for_bulk(100)?;
                 let queued = self.queued_bulk();
                 self.lower_lowats_below(queued);
                 asleep = queued >= BULK_SLEEP && self.bulk_sleep.sleep_pays(now, self.rx_bytes);
@@ -1889,17 +1886,26 @@ impl Engine {
                 continue;
             }
             self.bulk_asleep = bulk;
-            let t0 = Instant::now();
-            self.progress_once(100)?;
             if bulk {
-                let now = Instant::now();
-                self.bulk_sleep.slept(now - t0, now, self.rx_bytes);
+                self.sleep_for_bulk(100)?;
+            } else {
+                self.progress_once(100)?;
             }
             idle_since = None;
             idle_rounds = 0;
             asleep = bulk;
             self.bulk_asleep = asleep;
         }
+    }
+
+    /// One round that may sleep up to `timeout_ms` for bulk data, told to the judge
+    /// ([`BulkSleepJudge`]): the round's work and when it ended.
+    fn sleep_for_bulk(&mut self, timeout_ms: i32) -> Result<(usize, Instant), Error> {
+        let t0 = Instant::now();
+        let work = self.progress_once(timeout_ms)?;
+        let now = Instant::now();
+        self.bulk_sleep.slept(now - t0, now, self.rx_bytes);
+        Ok((work, now))
     }
 
     /// After `idle_rounds` rounds that found nothing, now and then lets another task on this CPU
@@ -2055,10 +2061,7 @@ impl Engine {
             self.bulk_asleep = bulk;
             if bulk {
                 let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-                let t0 = Instant::now();
-                let work = self.progress_once(ms)?;
-                let now = Instant::now();
-                self.bulk_sleep.slept(now - t0, now, self.rx_bytes);
+                let (work, _) = self.sleep_for_bulk(ms)?;
                 // Woken by data (not the timeout): more is on its way, so the next idle call
                 // waits again at once rather than after another 7 polls (each a recv or an
                 // epoll_wait that finds nothing on a wire-limited rail).
