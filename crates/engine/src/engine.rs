@@ -132,19 +132,28 @@ impl BulkSleepJudge {
                     return true;
                 }
                 let sleep_rate = rate(bytes, b0, now.duration_since(since));
-                if spin_rate > sleep_rate * BULK_SPIN_GAIN {
+                let spin = spin_rate > sleep_rate * BULK_SPIN_GAIN;
+                let keep = if spin {
                     self.keep = BULK_KEEP;
                     self.phase = BulkPhase::Spin {
                         until: now + BULK_KEEP_SPIN,
                     };
-                    false
+                    BULK_KEEP_SPIN
                 } else {
                     self.keep = (self.keep * 2).clamp(BULK_KEEP, BULK_KEEP_MAX);
                     self.phase = BulkPhase::Hold {
                         until: now + self.keep,
                     };
-                    true
-                }
+                    self.keep
+                };
+                tracing::debug!(
+                    "bulk waits: spinning received {:.2} GB/s, sleeping {:.2}: {} for {} ms",
+                    spin_rate / 1e9,
+                    sleep_rate / 1e9,
+                    if spin { "spinning" } else { "sleeping" },
+                    keep.as_millis()
+                );
+                !spin
             }
             BulkPhase::Spin { until } => {
                 if now >= until {
@@ -185,7 +194,13 @@ impl BulkSleepJudge {
             return;
         }
         self.run = None;
-        if rate(bytes, b0, span) >= BULK_FAST_BYTES_PER_S {
+        let r = rate(bytes, b0, span);
+        if r >= BULK_FAST_BYTES_PER_S {
+            tracing::debug!(
+                "bulk waits: {} ms of short sleeps received {:.2} GB/s: trying spinning, then sleeping",
+                span.as_millis(),
+                r / 1e9
+            );
             self.phase = BulkPhase::TrySpin { since: now, bytes };
         }
     }
