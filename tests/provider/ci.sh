@@ -3,7 +3,8 @@
 #  1. fabtests 1.17 (built from ../shared/fabtests-1.17.0 into target/fabtests unless
 #     FABTESTS_BIN points at an installed copy) on this host, and between two testbed hosts;
 #  2. Open MPI 4.1 (pml cm, mtl ofi, provider hxcomm): tests/mpi/correctness.c and
-#     correctness.py on this host (4 ranks) and on 2 and 4 testbed hosts; correctness.c
+#     correctness.py on this host (4 ranks; and 2, whose directed receives and answers run on
+#     holds of the lane) and on 2 and 4 testbed hosts; correctness.c
 #     once more under pml ob1 with btl ofi in its two-sided mode (delivery-complete sends)
 #     and in its RDMA mode (fi_read, atomics; with vader between ranks of a host), on this
 #     host and between two testbed hosts;
@@ -65,6 +66,16 @@ mkdir -p "$out"
 OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_mtl_ofi_provider_include=hxcomm HXMPI_TRUNC_LARGE=1 \
   tests/mpi/run-local.sh "$out" 4
 mpicc -O2 -Wall -Wextra -Werror -o "$out/alltoall" tests/mpi/alltoall.c
+echo "stage time $((SECONDS - t)) s"
+
+stage "Open MPI + hxcomm on one host (2 ranks: directed receives and answers on a hold of the lane)"
+t=$SECONDS
+# Two ranks of a host: runs of receives and their answers take no domain state at all (a hold,
+# docs/design.md); the programs' checks must hold through them, and they must have happened.
+OMPI_MCA_pml=cm OMPI_MCA_mtl=ofi OMPI_MCA_mtl_ofi_provider_include=hxcomm HXMPI_TRUNC_LARGE=1 \
+  HX_LOG=hxcomm_fi=debug tests/mpi/run-local.sh "$out/two" 2
+grep -q "receives and answers went through a peer's lane without the domain's state" \
+  "$out/two/correctness.c.log" || { echo "no hold under Open MPI with 2 ranks" >&2; exit 1; }
 echo "stage time $((SECONDS - t)) s"
 
 stage "HPC Challenge and NetPIPE (Debian's, unmodified) over Open MPI + hxcomm on one host"

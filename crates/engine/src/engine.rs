@@ -384,6 +384,7 @@ fn shm_link(
 /// An express receive's claim on the next message of a same-host peer's lane
 /// ([`Engine::lane_ticket`]): taken without the engine, which hears of it afterwards. It points
 /// into the peer's link, which only the engine's own calls change or drop.
+#[derive(Clone)]
 pub struct LaneTicket {
     link: std::ptr::NonNull<shm::ShmLink>,
     peer: Rank,
@@ -413,6 +414,71 @@ impl LaneTicket {
             LaneLook::Taken(st) => Some(st),
             LaneLook::Empty | LaneLook::Refused => None,
         }
+    }
+}
+
+/// A same-host peer's lane held for a run of receives from the peer and answers to it, none
+/// of which calls the engine ([`Engine::lane_hold`]): each receive takes its message with the
+/// hold's [`ticket`](Self::ticket) (its doorbells from [`bells`](Self::bells)), each answer
+/// goes through [`send`](Self::send), within the eager credit the core gave. The engine hears
+/// of all of it, counted, before it is called for anything else
+/// ([`Engine::lane_hold_settled`]). In a ping-pong between two ranks of a host (through the
+/// libfabric provider: the receive and the answer that Open MPI's 8-byte latency test makes
+/// each turn) that is every message, with no engine, backend or lock on the way.
+pub struct LaneHold {
+    ticket: LaneTicket,
+    /// The peer's endpoint the receives take from: the one answers go to.
+    dst_ep: EpId,
+    /// Eager credit (bytes, overheads included) the answers may still spend.
+    credit: u64,
+}
+
+// SAFETY: as LaneTicket.
+unsafe impl Send for LaneHold {}
+
+impl LaneHold {
+    /// The ticket with which each receive of the run takes its message.
+    pub fn ticket(&self) -> &LaneTicket {
+        &self.ticket
+    }
+
+    /// The peer.
+    pub fn peer(&self) -> Rank {
+        self.ticket.peer
+    }
+
+    /// The doorbells a receive of the run waits on (see [`shm::ShmLink::answer_bells`]):
+    /// false when it cannot wait on them (the peer closed or gone, part of a record to read).
+    ///
+    /// # Safety
+    /// As for [`LaneTicket::take`]: the engine has not been called since the hold was made.
+    pub unsafe fn bells(&self, out: &mut Vec<hx_transport::Doorbell>) -> bool {
+        out.clear();
+        // SAFETY: the link lives and nothing else uses it (the contract above).
+        unsafe { &*self.ticket.link.as_ptr() }.answer_bells(out)
+    }
+
+    /// Sends a small message to the peer's endpoint through the lane, as
+    /// [`Engine::send_now_lane`] would: only as an answer (something came from the peer since
+    /// the last message to it), within the hold's credit, when the lane takes it now. False:
+    /// nothing was sent; send it the usual way (after telling the engine of the run).
+    ///
+    /// # Safety
+    /// As for [`bells`](Self::bells).
+    #[inline]
+    pub unsafe fn send(&mut self, tag: u64, data: Option<u64>, payload: &[u8]) -> bool {
+        let cost = payload.len() as u64 + hx_protocol::EAGER_OVERHEAD;
+        if cost > self.credit || payload.len() > shm::LANE_PAYLOAD {
+            return false;
+        }
+        // SAFETY: the link lives and nothing else uses it (the contract above).
+        let link = unsafe { &mut *self.ticket.link.as_ptr() };
+        let meta = lane_meta(self.ticket.ep, self.dst_ep, tag, data);
+        if !link.answering() || !link.lane_send(meta, payload) {
+            return false;
+        }
+        self.credit -= cost;
+        true
     }
 }
 
@@ -1659,6 +1725,37 @@ impl Engine {
             ep,
             filter,
         })
+    }
+
+    /// A hold on the lane of `ticket`'s peer for a run of receives like `ticket`'s and answers
+    /// to that peer ([`LaneHold`]), while the engine is not called. Only where the ticket's
+    /// link is the only same-host link (its doorbells are then all a waiting receive needs to
+    /// watch) and the core gives eager credit for answers; None otherwise.
+    pub fn lane_hold(&self, ticket: &LaneTicket) -> Option<LaneHold> {
+        let peer = ticket.peer;
+        if self.polled[..] != [(peer, 0)] {
+            return None;
+        }
+        let dst_ep = ticket.filter.src_ep?;
+        let credit = self.core.lane_credit(peer);
+        (credit > 0).then(|| LaneHold {
+            ticket: ticket.clone(),
+            dst_ep,
+            credit,
+        })
+    }
+
+    /// What a [`LaneHold`]'s run did, told before anything else touches the engine: `received`
+    /// messages (count, bytes) taken by its receives, `sent` answers (count, bytes). The core
+    /// counts them and their eager credit; a credit grant may be due.
+    pub fn lane_hold_settled(&mut self, peer: Rank, received: (u64, u64), sent: (u64, u64)) {
+        if received.0 > 0 {
+            self.core.lane_received_many(peer, received.0, received.1);
+        }
+        if sent.0 > 0 {
+            self.core.lane_sent_many(peer, sent.0, sent.1);
+        }
+        self.flush_dirty();
     }
 
     /// What a [`LaneTicket`] took, told before anything else touches the engine: the core

@@ -16,7 +16,7 @@ pub mod trace;
 
 pub mod info;
 pub use buf::EngineBuf;
-pub use engine::{Engine, Express, LaneTicket, Request, BARRIER_EP};
+pub use engine::{Engine, Express, LaneHold, LaneTicket, Request, BARRIER_EP};
 pub use error::Error;
 pub use hx_protocol::{
     apply_atomic, Access, AtomicOp, AtomicType, EpId, Filter, Policy, ProtoError, Rank, Regions,

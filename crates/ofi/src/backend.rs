@@ -419,6 +419,26 @@ pub trait Backend: Send {
     fn idle_reads(&mut self, n: u32) {
         let _ = n;
     }
+    /// Right after [`ticket`](Self::ticket) gave `t`: a hold on its peer's lane for a run of
+    /// receives like its own and answers to that peer, none of which calls the backend
+    /// ([`hx_engine::LaneHold`]); the run is told with
+    /// [`lane_hold_settled`](Self::lane_hold_settled) before anything else.
+    fn lane_hold(&mut self, t: &Ticket) -> Option<hx_engine::LaneHold> {
+        let _ = t;
+        None
+    }
+    /// A [`lane_hold`](Self::lane_hold)'s run: `received` messages (count, bytes) its
+    /// receives took, `sent` answers (count, bytes), `reads` CQ reads its receives waited
+    /// through (counted as [`idle_reads`](Self::idle_reads)).
+    fn lane_hold_settled(
+        &mut self,
+        peer: hx_engine::Rank,
+        received: (u64, u64),
+        sent: (u64, u64),
+        reads: u32,
+    ) {
+        let _ = (peer, received, sent, reads);
+    }
     /// After a [`poll_express`](Self::poll_express) that found nothing: how many of the next
     /// idle polls may answer nothing without asking (the backend has nobody to hear from and
     /// nothing to do but look for a newcomer now and then), taken: the domain counts them down

@@ -194,21 +194,23 @@ impl CqShared {
             {
                 return Err(FI_EAGAIN);
             }
-        } else {
-            match self.domain.idle_look(self, count > 0) {
-                Idle::Quiet => return Err(FI_EAGAIN),
-                Idle::Served(f, from) => {
-                    // The ticket's receive (see `IdleWatch`): as if served by the drive.
-                    write_fields(self.format, buf, 0, &f);
-                    if !src.is_null() {
-                        *src = from;
-                    }
-                    self.served_idle_at(self.domain.state.generation());
-                    self.just_delivered.store(true, Ordering::Relaxed);
-                    return Ok(1);
+        }
+        // Also right after a delivery: a receive posted since may have taken a watch (a
+        // program that posts its next receive before it reads again, where Open MPI reads
+        // first), and a look would take the state, which ends a hold (domain.rs).
+        match self.domain.idle_look(self, count > 0) {
+            Idle::Quiet => return Err(FI_EAGAIN),
+            Idle::Served(f, from) => {
+                // The ticket's receive (see `IdleWatch`): as if served by the drive.
+                write_fields(self.format, buf, 0, &f);
+                if !src.is_null() {
+                    *src = from;
                 }
-                Idle::Look => {}
+                self.served_idle_at(self.domain.state.generation());
+                self.just_delivered.store(true, Ordering::Relaxed);
+                return Ok(1);
             }
+            Idle::Look => {}
         }
         self.read_drive(buf, count, src, delivered_last)
     }

@@ -68,13 +68,73 @@ struct IdleWatch {
     /// before anything else (fi_tinject*: right after its send, which does not depend on it,
     /// so that the telling is off the next message's path).
     served: UnsafeCell<Option<(OpId, hx_engine::Status)>>,
-    /// `served` holds one.
+    /// `served` holds one, or `hold` is set: whoever takes the state settles first.
     owed: AtomicBool,
+    /// A run of receives and answers on one same-host peer's lane, with no state taken at all
+    /// (see [`Hold`]); told, and dropped, by whoever takes the state next.
+    hold: UnsafeCell<Option<Hold>>,
+    /// `hold` is set (fi_tinject*'s usual way, which tells a served receive only after its
+    /// send, tells a hold's answers before it: they spent the eager credit it checks).
+    holding: AtomicBool,
+}
+
+/// Receives that [`Hold`] serves before the state is taken again: the backend's full rounds
+/// (sockets, connections, a peer's death) are owed after a few dozen polls.
+const HOLD_RUN: u32 = 64;
+
+/// A run of receives and answers between two ranks of a host through the lane, with no state
+/// taken (FI_THREAD_DOMAIN): after a fi_trecv took the state and armed a ticket
+/// ([`DomainShared::watch_idle`]), and the backend gave a hold on its peer's lane
+/// ([`Backend::lane_hold`]), as long as nobody takes the state, the next fi_trecv like it (the
+/// same endpoint, source address, tag, ignore mask and flags, the AV unchanged) arms its ticket
+/// without the state ([`DomainShared::hold_recv`]), and fi_tinject* from that endpoint to that
+/// address sends through the lane ([`DomainShared::hold_send`]). Whoever takes the state next
+/// tells the backend what the run did and posts the receive the run armed last, if nothing
+/// served it, as fi_trecv would have ([`DomainShared::settle`]). Open MPI's 8-byte
+/// ping-pong between two ranks of a host (fi_trecv, fi_tinjectdata, CQ reads) then runs
+/// with no engine, backend or lock on its path.
+struct Hold {
+    /// The state's generation it was made in: valid while nobody has taken the state since.
+    generation: u64,
+    /// What the receives of the run are: fi_trecv on endpoint `ep` from `addr`, `tag` and
+    /// `ignore`, with `rx_flags`, while the AV is at `av_generation` (nothing removed), into
+    /// the CQ `cq`; their sends go from `ep` to `addr`.
+    ep: u16,
+    addr: fi_addr_t,
+    tag: u64,
+    ignore: u64,
+    rx_flags: u64,
+    av_generation: u64,
+    cq: usize,
+    lane: hx_engine::LaneHold,
+    /// For a receive's ticket and entry: the source's peer and address, the entry's flags.
+    src: PeerId,
+    src_addr: fi_addr_t,
+    flags: u64,
+    /// For a receive posted after all: the backend's source filter and the pending operation.
+    src_filter: Option<PeerId>,
+    pending: Pending,
+    /// Receives the run may still arm ([`HOLD_RUN`]).
+    left: u32,
+    /// What the run did: messages its receives took (count, bytes), answers sent (count,
+    /// bytes), CQ reads its receives waited through.
+    received: (u64, u64),
+    sent: (u64, u64),
+    reads: u32,
+}
+
+/// A receive or an answer of a [`Hold`]: what it is to match.
+pub(crate) struct HoldKey {
+    pub ep: u16,
+    pub addr: fi_addr_t,
+    pub av_generation: u64,
 }
 
 /// A ticket with what its read needs to write the completion: the receive's context and
 /// flags, and its source's address.
 struct Armed {
+    /// A receive of a [`Hold`]'s run (posted nowhere else).
+    held: bool,
     t: Ticket,
     context: usize,
     flags: u64,
@@ -119,6 +179,8 @@ impl IdleWatch {
             ticket: UnsafeCell::new(None),
             served: UnsafeCell::new(None),
             owed: AtomicBool::new(false),
+            hold: UnsafeCell::new(None),
+            holding: AtomicBool::new(false),
         }
     }
 }
@@ -407,6 +469,10 @@ pub struct DomainState {
     idle_logged: bool,
     /// Said once that a CQ read served a receive by its ticket.
     ticket_logged: bool,
+    /// Said once that a run of receives and answers held the lane, and once that a receive
+    /// it armed was posted after all.
+    hold_logged: bool,
+    hold_posted_logged: bool,
 }
 
 impl DomainShared {
@@ -427,6 +493,8 @@ impl DomainShared {
                     served: Vec::new(),
                     idle_logged: false,
                     ticket_logged: false,
+                    hold_logged: false,
+                    hold_posted_logged: false,
                 },
                 serial,
             ),
@@ -591,6 +659,7 @@ impl DomainShared {
             false => source_addr(&mut st.av_cache, unsafe { &*p.av }, t.src),
         };
         Some(Armed {
+            held: false,
             context: p.context,
             flags: p.flags,
             src_addr,
@@ -611,7 +680,12 @@ impl DomainShared {
     /// send.
     #[inline]
     pub fn lock_unsettled(&self) -> SerialGuard<'_, DomainState> {
-        self.state.lock()
+        let mut st = self.state.lock();
+        // A hold's answers spent eager credit the send checks: told first.
+        if self.idle.holding.load(Ordering::Relaxed) {
+            self.settle_owed(&mut st);
+        }
+        st
     }
 
     /// Tells the backend and the operations in flight of a receive an idle read served by its
@@ -631,9 +705,19 @@ impl DomainShared {
         self.idle.owed.store(false, Ordering::Relaxed);
         // SAFETY: `owed` was set under FI_THREAD_DOMAIN (the application's one thread at a
         // time), and the caller holds the state.
-        let Some((op, status)) = (unsafe { &mut *self.idle.served.get() }).take() else {
-            return;
-        };
+        let served = unsafe { (*self.idle.served.get()).take() };
+        // The receive served before a hold's run came first.
+        if let Some((op, status)) = served {
+            self.settle_served(st, op, status);
+        }
+        // SAFETY: as above.
+        if let Some(h) = unsafe { (*self.idle.hold.get()).take() } {
+            self.idle.holding.store(false, Ordering::Relaxed);
+            self.settle_hold(st, h);
+        }
+    }
+
+    fn settle_served(&self, st: &mut DomainState, op: OpId, status: hx_engine::Status) {
         st.pending.remove(&op);
         st.backend.ticket_served(op, &status);
         if !st.ticket_logged {
@@ -644,6 +728,201 @@ impl DomainShared {
         if answered > 0 {
             st.backend.idle_reads(answered);
         }
+    }
+
+    /// Tells the backend what a [`Hold`]'s run did, and posts the receive it armed last if
+    /// nothing served it, where fi_trecv would have posted it.
+    fn settle_hold(&self, st: &mut DomainState, h: Hold) {
+        let reads = h
+            .reads
+            .saturating_add(self.idle.answered.swap(0, Ordering::Relaxed));
+        st.backend
+            .lane_hold_settled(h.lane.peer(), h.received, h.sent, reads);
+        if !st.hold_logged && h.received.0 > 0 && h.sent.0 > 0 {
+            st.hold_logged = true;
+            tracing::debug!(
+                "hxcomm: receives and answers went through a peer's lane without the domain's state"
+            );
+        }
+        // SAFETY: FI_THREAD_DOMAIN, under the state.
+        let slot = unsafe { &mut *self.idle.ticket.get() };
+        if !slot.as_ref().is_some_and(|a| a.held) {
+            return;
+        }
+        let Some(a) = slot.take() else {
+            return;
+        };
+        self.idle.generation.store(0, Ordering::Relaxed);
+        if !st.hold_posted_logged {
+            st.hold_posted_logged = true;
+            tracing::debug!("hxcomm: a receive a hold had armed was posted after all");
+        }
+        let p = Pending {
+            context: a.context,
+            ..h.pending
+        };
+        // SAFETY: the receive's buffer, as fi_trecv gave it (valid until it completes).
+        let posted = unsafe {
+            st.backend
+                .recv(h.ep, true, h.src_filter, h.tag, h.ignore, a.t.buf, a.t.len)
+        };
+        match posted {
+            Ok(op) => st.pending.insert(op, p),
+            // fi_trecv returned 0 for it: it completes, in error.
+            Err(e) => deliver(
+                p,
+                Done {
+                    op: 0,
+                    is_recv: true,
+                    len: 0,
+                    msg_len: 0,
+                    tag: h.tag,
+                    data: None,
+                    src: None,
+                    error: Some((e.errno, e.msg)),
+                },
+            ),
+        }
+    }
+
+    /// After fi_trecv (under the state, FI_THREAD_DOMAIN) armed the ticket of its receive
+    /// `op` ([`watch_idle`](Self::watch_idle)): starts a [`Hold`] for receives like it, if
+    /// the backend gives one.
+    pub(crate) fn hold_start(
+        &self,
+        st: &mut DomainState,
+        op: OpId,
+        key: HoldKey,
+        recv: (u64, u64, u64),
+        src_filter: Option<PeerId>,
+    ) {
+        // SAFETY: FI_THREAD_DOMAIN, under the state.
+        let Some(a) = (unsafe { &*self.idle.ticket.get() }).as_ref() else {
+            return;
+        };
+        if a.t.op != op {
+            return;
+        }
+        let Some(lane) = st.backend.lane_hold(&a.t) else {
+            return;
+        };
+        let Some(pending) = st.pending.get(&op).copied() else {
+            return;
+        };
+        let (tag, ignore, rx_flags) = recv;
+        let h = Hold {
+            generation: self.state.generation(),
+            ep: key.ep,
+            addr: key.addr,
+            tag,
+            ignore,
+            rx_flags,
+            av_generation: key.av_generation,
+            cq: self.idle.cq.load(Ordering::Relaxed),
+            lane,
+            src: a.t.src,
+            src_addr: a.src_addr,
+            flags: a.flags,
+            src_filter,
+            pending,
+            left: HOLD_RUN,
+            received: (0, 0),
+            sent: (0, 0),
+            reads: 0,
+        };
+        // SAFETY: as above; an earlier hold was settled when the state was taken.
+        unsafe { *self.idle.hold.get() = Some(h) };
+        self.idle.holding.store(true, Ordering::Relaxed);
+        self.idle.owed.store(true, Ordering::Relaxed);
+    }
+
+    /// fi_trecv of a receive of the [`Hold`]'s run (`key`, `tag`, `ignore`, `rx_flags`), with
+    /// no state taken: arms its ticket and doorbells for the next CQ reads. False: post it the
+    /// usual way.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn hold_recv(
+        &self,
+        key: &HoldKey,
+        tag: u64,
+        ignore: u64,
+        rx_flags: u64,
+        buf: *mut u8,
+        len: usize,
+        context: usize,
+    ) -> bool {
+        // SAFETY: FI_THREAD_DOMAIN (the caller checked): the application's one thread at a
+        // time touches the watch; nobody has taken the state since the hold was made (same
+        // generation), so its lane and link are as they were.
+        let Some(h) = (unsafe { &mut *self.idle.hold.get() }).as_mut() else {
+            return false;
+        };
+        if h.generation != self.state.generation()
+            || h.left == 0
+            || (h.ep, h.addr, h.av_generation) != (key.ep, key.addr, key.av_generation)
+            || (h.tag, h.ignore, h.rx_flags) != (tag, ignore, rx_flags)
+        {
+            return false;
+        }
+        // SAFETY: as above.
+        let slot = unsafe { &mut *self.idle.ticket.get() };
+        // The run's last receive is still armed: this one is posted behind it, by the state.
+        if slot.is_some() {
+            return false;
+        }
+        let bells = unsafe { &mut *self.idle.bells.get() };
+        // SAFETY: the engine has not been called since the hold was made (above).
+        if !unsafe { h.lane.bells(bells) } {
+            return false;
+        }
+        h.left -= 1;
+        h.reads = h
+            .reads
+            .saturating_add(self.idle.answered.swap(0, Ordering::Relaxed));
+        *slot = Some(Armed {
+            held: true,
+            t: Ticket {
+                op: 0,
+                lane: h.lane.ticket().clone(),
+                buf,
+                len,
+                src: h.src,
+            },
+            context,
+            flags: h.flags,
+            src_addr: h.src_addr,
+        });
+        self.idle.cq.store(h.cq, Ordering::Relaxed);
+        self.idle.generation.store(h.generation, Ordering::Relaxed);
+        true
+    }
+
+    /// fi_tinject* (tagged) of the [`Hold`]'s endpoint to its address, with no state taken:
+    /// through the lane, as an answer within the hold's credit. False: send it the usual way.
+    #[inline]
+    pub(crate) fn hold_send(
+        &self,
+        key: &HoldKey,
+        tag: u64,
+        data: Option<u64>,
+        payload: &[u8],
+    ) -> bool {
+        // SAFETY: as in hold_recv.
+        let Some(h) = (unsafe { &mut *self.idle.hold.get() }).as_mut() else {
+            return false;
+        };
+        if h.generation != self.state.generation()
+            || (h.ep, h.addr, h.av_generation) != (key.ep, key.addr, key.av_generation)
+        {
+            return false;
+        }
+        // SAFETY: as in hold_recv.
+        if !unsafe { h.lane.send(tag, data, payload) } {
+            return false;
+        }
+        h.sent.0 += 1;
+        h.sent.1 += payload.len() as u64;
+        true
     }
 
     /// A read of `cq` that does not follow a delivery, answered without the domain's state
@@ -711,9 +990,17 @@ impl DomainShared {
         };
         let from = a.src_addr;
         let op = a.t.op;
+        if a.held {
+            // SAFETY: as above; the hold is there (its receive was armed in this generation).
+            if let Some(h) = unsafe { (*self.idle.hold.get()).as_mut() } {
+                h.received.0 += 1;
+                h.received.1 += st.len as u64;
+            }
+        } else {
+            // SAFETY: as above; `settle` is its only other user, under the state.
+            unsafe { *self.idle.served.get() = Some((op, st)) };
+        }
         *slot = None;
-        // SAFETY: as above; `settle` is its only other user, under the state.
-        unsafe { *self.idle.served.get() = Some((op, st)) };
         self.idle.owed.store(true, Ordering::Relaxed);
         // The watch is spent: the next read looks (taking the state, which settles first).
         self.idle.generation.store(0, Ordering::Relaxed);

@@ -1516,6 +1516,33 @@ impl Backend for EngineBackend {
         }
     }
 
+    fn lane_hold(&mut self, t: &Ticket) -> Option<hx_engine::LaneHold> {
+        if self.watch_op != Some(t.op) {
+            return None;
+        }
+        self.engine.as_ref()?.lane_hold(&t.lane)
+    }
+
+    fn lane_hold_settled(
+        &mut self,
+        peer: hx_engine::Rank,
+        received: (u64, u64),
+        sent: (u64, u64),
+        reads: u32,
+    ) {
+        if let Some(e) = self.engine.as_mut() {
+            e.lane_hold_settled(peer, received, sent);
+        }
+        // Each receive of the run served counts as the poll that served it would have (the
+        // backend's full rounds keep their pace).
+        self.parked_polls = self.parked_polls.saturating_add(reads);
+        for _ in 0..received.0 {
+            if self.count_parked_poll() {
+                self.owed = Some(Owed::FullRound);
+            }
+        }
+    }
+
     fn take_lonely_polls(&mut self) -> u32 {
         std::mem::take(&mut self.lonely_polls)
     }

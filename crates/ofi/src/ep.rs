@@ -3,7 +3,9 @@
 use crate::av::{AvObj, AvShared};
 use crate::backend::{Found, OpId, PeerId, SendBuf, SendTo, NAME_LEN};
 use crate::cq::{CqObj, CqShared, Entry};
-use crate::domain::{self, AvCache, DomainObj, DomainShared, DomainState, Pending, Report};
+use crate::domain::{
+    self, AvCache, DomainObj, DomainShared, DomainState, HoldKey, Pending, Report,
+};
 use crate::fabric::{enosys_ops_open, ptr};
 use crate::hints::{self, INJECT_SIZE};
 use crate::sys::*;
@@ -553,6 +555,22 @@ impl EpObj {
         if len > 0 && buf.is_null() {
             return Err(FI_EINVAL);
         }
+        let bytes = if len == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(buf as *const u8, len)
+        };
+        // An answer of a run that holds the peer's lane (see domain.rs, `Hold`): no state.
+        if tagged && self.d.state.is_serial() {
+            let k = HoldKey {
+                ep: self.id,
+                addr: dest,
+                av_generation: b.av.generation(),
+            };
+            if self.d.hold_send(&k, tag, data, bytes) {
+                return Ok(0);
+            }
+        }
         // The state as it is: a receive an idle read served (`DomainShared::settle`) is told
         // right after this send, which does not depend on it.
         let mut st = self.d.lock_unsettled();
@@ -562,11 +580,6 @@ impl EpObj {
             peer: self.peer_locked(&mut st, b, dest, "send")?,
             tag,
             data,
-        };
-        let bytes = if len == 0 {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(buf as *const u8, len)
         };
         // Most small injects leave at once: no copy, nothing to track.
         let now = st.backend.inject_now(&to, bytes);
@@ -971,12 +984,23 @@ impl EpObj {
             return Err(FI_EBADFLAGS);
         }
         let (tag, ignore) = if tagged { (tag, ignore) } else { (0, 0) };
+        // A receive of a run that holds its peer's lane (see domain.rs, `Hold`): no state.
+        let hold = (tagged && self.d.state.is_serial()).then(|| HoldKey {
+            ep: self.id,
+            addr: src,
+            av_generation: b.av.generation(),
+        });
+        if let Some(k) = &hold {
+            if self.d.hold_recv(k, tag, ignore, flags, ptr, len, context) {
+                return Ok(0);
+            }
+        }
         let report = self.rx_report(b, flags);
         let mut st = self.d.lock();
-        let src = self.src_filter_locked(&mut st, b, src)?;
+        let src_filter = self.src_filter_locked(&mut st, b, src)?;
         let op = st
             .backend
-            .recv(self.id, tagged, src, tag, ignore, ptr, len)
+            .recv(self.id, tagged, src_filter, tag, ignore, ptr, len)
             .map_err(|e| e.errno)?;
         st.pending
             .insert(op, self.rx_pending(b, context, tagged, report));
@@ -985,6 +1009,10 @@ impl EpObj {
         if let Some(cq) = b.rx_cq.as_deref() {
             if self.d.state.is_serial() && st.backend.watch_first() {
                 self.d.watch_idle(&mut st, cq);
+                if let Some(k) = hold {
+                    self.d
+                        .hold_start(&mut st, op, k, (tag, ignore, flags), src_filter);
+                }
             }
         }
         Ok(0)

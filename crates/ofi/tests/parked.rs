@@ -4,8 +4,9 @@
 //! messages that came first, another tag ahead in the ring, a send in flight, zero-length, CQ
 //! data and source, a window of receives held at once, a peer that dies), and that the path was
 //! taken at all, as was the doorbell that answers an idle poll without the engine (and, with
-//! FI_THREAD_DOMAIN, without the domain's state), and the ticket with which such a poll takes
-//! the receive's message from its peer's lane itself.
+//! FI_THREAD_DOMAIN, without the domain's state), the ticket with which such a poll takes
+//! the receive's message from its peer's lane itself, and the hold with which a run of such
+//! receives and their answers take no state at all, keeping the same rules.
 
 mod common;
 
@@ -46,6 +47,20 @@ fn parked_receives_keep_the_matching_rules() {
     // from the lane itself (the receive's ticket), every value, source and flag checked.
     assert!(
         text.contains("a CQ read served a receive from its peer's lane by itself"),
+        "{text}"
+    );
+    // The ping-pongs then ran on a hold of the peer's lane, both ways (each process says so
+    // once): receives armed and answers sent without the domain's state.
+    assert_eq!(
+        text.matches("receives and answers went through a peer's lane without the domain's state")
+            .count(),
+        2,
+        "{text}"
+    );
+    // Some receive a hold had armed (cases 16-19, 12, or one whose wait outlasted the idle
+    // reads) was posted the usual way after all.
+    assert!(
+        text.contains("a receive a hold had armed was posted after all"),
         "{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -1384,8 +1384,13 @@ impl<B: Buffer> Core<B> {
     /// more eagerly.
     #[inline]
     pub(crate) fn eager_consumed(&mut self, peer: Rank, len: usize) {
+        self.eager_cost_consumed(peer, len as u64 + crate::EAGER_OVERHEAD);
+    }
+
+    /// Eager credit of `cost` bytes (overheads included) consumed from `peer`.
+    pub(crate) fn eager_cost_consumed(&mut self, peer: Rank, cost: u64) {
         let p = &mut self.peers[peer as usize];
-        p.consumed += len as u64 + crate::EAGER_OVERHEAD;
+        p.consumed += cost;
         let batch = (self.cfg.eager_credits as u64 / 4).clamp(1, 256 * 1024);
         if p.consumed - p.credit_sent >= batch && p.failed.is_none() {
             self.grant_credit(peer);

@@ -52,6 +52,29 @@ impl<B: Buffer> Core<B> {
         p.rails[0].tx_bytes += len as u64;
     }
 
+    /// Eager credit (bytes, each message's overhead included) that messages to `peer` may
+    /// spend through its lane before the core hears of them ([`lane_sent_many`]): what is left
+    /// while [`lane_ok`] allows a message at all, else 0. Nothing else the core holds for the
+    /// peer can go first meanwhile, as long as the core is not called.
+    ///
+    /// [`lane_sent_many`]: Self::lane_sent_many
+    /// [`lane_ok`]: Self::lane_ok
+    pub fn lane_credit(&self, peer: Rank) -> u64 {
+        if !self.lane_ok(peer, 0) {
+            return 0;
+        }
+        let p = &self.peers[peer as usize];
+        (self.cfg.eager_credits as u64 + p.credit_granted).saturating_sub(p.credit_used)
+    }
+
+    /// `count` messages of `bytes` in all went through `peer`'s lane within the credit
+    /// [`lane_credit`](Self::lane_credit) gave: as that many [`lane_sent`](Self::lane_sent).
+    pub fn lane_sent_many(&mut self, peer: Rank, count: u64, bytes: u64) {
+        let p = &mut self.peers[peer as usize];
+        p.credit_used += bytes + count * crate::EAGER_OVERHEAD;
+        p.rails[0].tx_bytes += bytes;
+    }
+
     /// A message came through `peer`'s lane, after everything parsed from its rail so far:
     /// into the first posted receive that takes it (completed at once), else held as
     /// unexpected. Nothing is wrong with any envelope (the lane carries only what a sender's
@@ -121,6 +144,13 @@ impl<B: Buffer> Core<B> {
     pub fn lane_received(&mut self, peer: Rank, len: usize) {
         self.peers[peer as usize].rails[0].rx_bytes += len as u64;
         self.eager_consumed(peer, len);
+    }
+
+    /// `count` lane messages of `bytes` in all that express receives took: as that many
+    /// [`lane_received`](Self::lane_received).
+    pub fn lane_received_many(&mut self, peer: Rank, count: u64, bytes: u64) {
+        self.peers[peer as usize].rails[0].rx_bytes += bytes;
+        self.eager_cost_consumed(peer, bytes + count * crate::EAGER_OVERHEAD);
     }
 }
 
@@ -207,5 +237,35 @@ mod tests {
         let before = b.peers[0].rails[0].rx_bytes;
         b.lane_received(0, 8);
         assert_eq!(b.peers[0].rails[0].rx_bytes, before + 8);
+    }
+
+    #[test]
+    fn counted_in_bulk_as_one_by_one() {
+        let (mut a, _) = pair();
+        let (mut one, _) = pair();
+        let credit = a.lane_credit(1);
+        assert_eq!(credit, a.cfg.eager_credits as u64);
+        a.lane_sent_many(1, 3, 24);
+        for len in [8, 16, 0] {
+            one.lane_sent(1, len);
+        }
+        assert_eq!(a.lane_credit(1), one.lane_credit(1));
+        assert_eq!(a.lane_credit(1), credit - 24 - 3 * crate::EAGER_OVERHEAD);
+        assert_eq!(a.peers[1].rails[0].tx_bytes, one.peers[1].rails[0].tx_bytes);
+        // No credit while the lane may not be used at all.
+        a.send(1, 0, 0, 1, vec![1]).unwrap();
+        assert_eq!(a.lane_credit(1), 0, "something queued goes first");
+        // Receipts: the same count, and a credit grant once a batch was consumed.
+        let (_, mut b) = pair();
+        let (_, mut b1) = pair();
+        let n = (b.cfg.eager_credits as u64 / 4) / (8 + crate::EAGER_OVERHEAD) + 1;
+        b.lane_received_many(0, n, 8 * n);
+        for _ in 0..n {
+            b1.lane_received(0, 8);
+        }
+        assert_eq!(b.peers[0].consumed, b1.peers[0].consumed);
+        assert_eq!(b.peers[0].credit_sent, b1.peers[0].credit_sent);
+        assert!(b.peers[0].credit_sent > 0, "a credit grant is due");
+        assert_eq!(b.peers[0].rails[0].rx_bytes, b1.peers[0].rails[0].rx_bytes);
     }
 }

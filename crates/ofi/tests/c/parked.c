@@ -7,7 +7,9 @@
  * source, a window of receives held at once (the message of each turn to each, several
  * entries from one read, more than the provider holds, a message for the second of two held
  * receives first, cancel of the middle one of three), sends that complete as they return, the
- * peer dying while a receive from it is held.
+ * peer dying while a receive from it is held; and the same rules for a receive that a run of
+ * receives and answers armed without the domain's state (a hold, domain.rs): truncation, a
+ * large message through the ring, cancel, a second receive behind it, the peer dying.
  * Usage: FI_PROVIDER_PATH=<dir> HX_JOB_SECRET=<hex> ./parked */
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,6 +224,39 @@ static int send_window(int n, uint64_t tag)
 	return 0;
 }
 
+/* A run of `n` turns of a ping-pong on `tag` (the receiving side: receive i, answer it),
+ * every value checked: afterwards the provider holds the peer's lane for such receives and
+ * answers (a "hold", domain.rs), and the next receive of `tag` is armed without the state. */
+static int hold_recv_run(uint64_t tag, int n)
+{
+	struct fi_cq_tagged_entry e;
+	struct fi_context c;
+	uint64_t v;
+	for (uint64_t i = 0; i < (uint64_t)n; i++) {
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, tag, 0, &c));
+		EXPECT(poll_one(&e, NULL) == 1);
+		EXPECT(e.op_context == &c && v == i * 3 + tag && e.tag == tag);
+		CHECK(fi_tinject(ep, &v, sizeof v, peer, tag));
+	}
+	return 0;
+}
+
+/* The sending side of hold_recv_run: send i, receive it back. */
+static int hold_send_run(uint64_t tag, int n)
+{
+	struct fi_cq_tagged_entry e;
+	struct fi_context c;
+	uint64_t v;
+	for (uint64_t i = 0; i < (uint64_t)n; i++) {
+		v = i * 3 + tag;
+		CHECK(fi_tinject(ep, &v, sizeof v, peer, tag));
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, tag, 0, &c));
+		EXPECT(poll_one(&e, NULL) == 1);
+		EXPECT(e.op_context == &c && v == i * 3 + tag);
+	}
+	return 0;
+}
+
 /* The receiving side: every check is here. */
 static int receiver(void)
 {
@@ -264,6 +299,53 @@ static int receiver(void)
 		CHECK(fi_tinject(ep, &v, sizeof v, again, 1));
 	}
 	peer = again;
+
+	/* 16-19, three times over runs of other lengths (whether the receive after a run is
+	 * armed by its hold depends on where the run's holds began and ended). */
+	for (int rep = 0; rep < 3; rep++) {
+		/* 16. A receive armed by a hold, and a message too long for it: an error entry with the
+		 * overflow length, the buffer holding what fits. */
+		CHECK(hold_recv_run(22, 200 + 23 * rep));
+		memset(b1, 0, sizeof b1);
+		CHECK(fi_trecv(ep, b1, 8, NULL, peer, 22, 0, &c1));
+		EXPECT(poll_one(&e, NULL) == -FI_EAVAIL);
+		memset(&err, 0, sizeof err);
+		EXPECT(fi_cq_readerr(cq, &err, 0) == 1);
+		EXPECT(err.op_context == &c1 && err.err == FI_ETRUNC && err.olen == 24);
+		EXPECT(!memcmp(b1, "longer t", 8));
+		/* 17. ... and a large message (through the ring, not the lane), every byte checked. */
+		CHECK(hold_recv_run(23, 200 + 23 * rep));
+		unsigned char *large = calloc(1, BIG);
+		EXPECT(large);
+		CHECK(fi_trecv(ep, large, BIG, NULL, peer, 23, 0, &c1));
+		EXPECT(poll_one(&e, NULL) == 1);
+		EXPECT(e.op_context == &c1 && e.len == BIG);
+		for (int i = 0; i < BIG; i++)
+			EXPECT(large[i] == (unsigned char)(i * 5 + 3));
+		free(large);
+		/* 18. ... cancelled: FI_ECANCELED, and the next receive takes the message. */
+		CHECK(hold_recv_run(24, 200 + 23 * rep));
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, 24, 0, &c1));
+		CHECK(fi_cancel(&ep->fid, &c1));
+		EXPECT(poll_one(&e, NULL) == -FI_EAVAIL);
+		memset(&err, 0, sizeof err);
+		EXPECT(fi_cq_readerr(cq, &err, 0) == 1);
+		EXPECT(err.op_context == &c1 && err.err == FI_ECANCELED);
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, 24, 0, &c2));
+		CHECK(signal_peer());
+		EXPECT(poll_one(&e, NULL) == 1);
+		EXPECT(e.op_context == &c2 && v == 77);
+		/* 19. ... with a second receive posted behind it: each takes its message, in order. */
+		CHECK(hold_recv_run(25, 200 + 23 * rep));
+		uint64_t v2;
+		CHECK(fi_trecv(ep, &v, sizeof v, NULL, peer, 25, 0, &c1));
+		CHECK(fi_trecv(ep, &v2, sizeof v2, NULL, peer, 25, 0, &c2));
+		CHECK(signal_peer());
+		EXPECT(poll_one(&e, NULL) == 1);
+		EXPECT(e.op_context == &c1 && v == 1);
+		EXPECT(poll_one(&e, NULL) == 1);
+		EXPECT(e.op_context == &c2 && v2 == 2);
+	}
 
 	/* 2. Two receives for one tag: the first posted takes the first sent. */
 	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 2, 0, &c1));
@@ -453,8 +535,10 @@ static int receiver(void)
 	EXPECT(poll_one(&e, NULL) == 1);
 	EXPECT(e.op_context == &c3 && !strcmp(b3, "u1"));
 
-	/* 12. The peer dies (no close, as a crash) while a receive from it is held: polling
-	 * (never sleeping) reports the receive failed, naming the peer, instead of waiting. */
+	/* 12. The peer dies (no close, as a crash) while a receive from it is held (here one a
+	 * hold armed): polling (never sleeping) reports the receive failed, naming the peer,
+	 * instead of waiting. */
+	CHECK(hold_recv_run(16, 200));
 	CHECK(fi_trecv(ep, b1, sizeof b1, NULL, peer, 16, 0, &c1));
 	CHECK(signal_peer());
 	EXPECT(poll_one(&e, NULL) == -FI_EAVAIL);
@@ -489,6 +573,28 @@ static int sender(void)
 			EXPECT(poll_one(&e, NULL) == 1);
 			EXPECT(v == i);
 		}
+	}
+	for (int rep = 0; rep < 3; rep++) {
+		CHECK(hold_send_run(22, 200 + 23 * rep));
+		static const char longer[32] = "longer than eight bytes";
+		CHECK(fi_tinject(ep, longer, sizeof longer, peer, 22));
+		CHECK(hold_send_run(23, 200 + 23 * rep));
+		unsigned char *large = malloc(BIG);
+		EXPECT(large);
+		for (int i = 0; i < BIG; i++)
+			large[i] = (unsigned char)(i * 5 + 3);
+		CHECK(send_done(large, BIG, 23));
+		free(large);
+		CHECK(hold_send_run(24, 200 + 23 * rep));
+		CHECK(wait_peer());
+		v = 77;
+		CHECK(fi_tinject(ep, &v, sizeof v, peer, 24));
+		CHECK(hold_send_run(25, 200 + 23 * rep));
+		CHECK(wait_peer());
+		v = 1;
+		CHECK(fi_tinject(ep, &v, sizeof v, peer, 25));
+		v = 2;
+		CHECK(fi_tinject(ep, &v, sizeof v, peer, 25));
 	}
 	CHECK(wait_peer());
 	CHECK(send_done("first", 6, 2));
@@ -544,6 +650,7 @@ static int sender(void)
 	CHECK(send_done("u0", 3, 20));
 	CHECK(send_done("u1", 3, 20));
 	/* Die without a word once the receiver holds a receive from us. */
+	CHECK(hold_send_run(16, 200));
 	CHECK(wait_peer());
 	_exit(0);
 }

@@ -539,6 +539,34 @@ fn doorbell_rings_for_the_next_record_only() {
     assert!(bells(&b).is_none());
 }
 
+#[test]
+fn answer_bells_ring_at_once_for_a_waiting_lane_message() {
+    let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
+    let mut v = Vec::new();
+    // Nothing there: the same doorbells as `doorbells`, quiet until something comes.
+    assert!(b.answer_bells(&mut v));
+    assert_eq!(v.len(), 2);
+    assert!(!any_rung(&v));
+    assert!(a.lane_send([1, 0, 0], b"x"));
+    assert!(any_rung(&v));
+    // A lane message waiting: one doorbell, already rung.
+    v.clear();
+    assert!(b.answer_bells(&mut v));
+    assert!(v.len() == 1 && any_rung(&v));
+    b.lane_peek().unwrap().unwrap();
+    b.lane_consume();
+    // Part of a record to read first, or a closed peer: none.
+    a.write_vectored(&[IoSlice::new(b"two parts")]).unwrap();
+    let mut buf = [0u8; 3];
+    assert_eq!(b.read(&mut buf).unwrap(), 3);
+    v.clear();
+    assert!(!b.answer_bells(&mut v) && v.is_empty());
+    let mut rest = [0u8; 16];
+    assert_eq!(b.read(&mut rest).unwrap(), 6);
+    drop(a);
+    assert!(!b.answer_bells(&mut v));
+}
+
 /// What a reader takes next from a link with a lane: a lane message, a ring record, or
 /// nothing.
 #[derive(Debug, PartialEq)]
