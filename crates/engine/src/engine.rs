@@ -427,6 +427,9 @@ impl LaneTicket {
 /// each turn) that is every message, with no engine, backend or lock on the way.
 pub struct LaneHold {
     ticket: LaneTicket,
+    /// The engine's other same-host links: their doorbells are watched too (a message from
+    /// another peer ends the wait, for the engine to take).
+    others: Vec<std::ptr::NonNull<dyn hx_transport::Link>>,
     /// The peer's endpoint the receives take from: the one answers go to.
     dst_ep: EpId,
     /// Eager credit (bytes, overheads included) the answers may still spend.
@@ -447,15 +450,26 @@ impl LaneHold {
         self.ticket.peer
     }
 
-    /// The doorbells a receive of the run waits on (see [`shm::ShmLink::answer_bells`]):
-    /// false when it cannot wait on them (the peer closed or gone, part of a record to read).
+    /// The doorbells a receive of the run waits on: its peer's (see
+    /// [`hx_transport::Link::answer_bells`]) and those of the engine's other same-host links.
+    /// False (`out` empty) when it cannot wait on them: a peer closed or gone, part of a
+    /// record to read, something already there from another peer.
     ///
     /// # Safety
     /// As for [`LaneTicket::take`]: the engine has not been called since the hold was made.
     pub unsafe fn bells(&self, out: &mut Vec<hx_transport::Doorbell>) -> bool {
         out.clear();
-        // SAFETY: the link lives and nothing else uses it (the contract above).
-        unsafe { &*self.ticket.link.as_ptr() }.answer_bells(out)
+        // SAFETY: the links live and nothing else uses them (the contract above).
+        let mine = hx_transport::Link::answer_bells(unsafe { &*self.ticket.link.as_ptr() }, out);
+        let all = mine
+            && self
+                .others
+                .iter()
+                .all(|l| unsafe { l.as_ref() }.doorbells(out));
+        if !all {
+            out.clear();
+        }
+        all
     }
 
     /// Sends a small message to the peer's endpoint through the lane, as
@@ -1625,7 +1639,9 @@ impl Engine {
             let Some(link) = self.peers[p as usize].rails[r].link.as_ref() else {
                 continue;
             };
-            if !link.doorbells(out) {
+            // A lane message already there rings at once: the receive's next look (or its
+            // ticket) takes it, and a hold can start (see LaneHold) when answers come quickly.
+            if !link.answer_bells(out) {
                 out.clear();
                 return false;
             }
@@ -1728,18 +1744,23 @@ impl Engine {
     }
 
     /// A hold on the lane of `ticket`'s peer for a run of receives like `ticket`'s and answers
-    /// to that peer ([`LaneHold`]), while the engine is not called. Only where the ticket's
-    /// link is the only same-host link (its doorbells are then all a waiting receive needs to
-    /// watch) and the core gives eager credit for answers; None otherwise.
+    /// to that peer ([`LaneHold`]), while the engine is not called: where the core gives eager
+    /// credit for answers; None otherwise. Its receives watch every same-host link.
     pub fn lane_hold(&self, ticket: &LaneTicket) -> Option<LaneHold> {
         let peer = ticket.peer;
-        if self.polled[..] != [(peer, 0)] {
-            return None;
-        }
         let dst_ep = ticket.filter.src_ep?;
         let credit = self.core.lane_credit(peer);
-        (credit > 0).then(|| LaneHold {
+        if credit == 0 || !self.polled.contains(&(peer, 0)) {
+            return None;
+        }
+        let mut others = Vec::with_capacity(self.polled.len() - 1);
+        for &(p, r) in self.polled.iter().filter(|&&pr| pr != (peer, 0)) {
+            let link = self.peers[p as usize].rails[r].link.as_deref()?;
+            others.push(std::ptr::NonNull::from(link));
+        }
+        Some(LaneHold {
             ticket: ticket.clone(),
+            others,
             dst_ep,
             credit,
         })

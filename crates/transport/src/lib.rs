@@ -117,6 +117,12 @@ pub trait Link: Send {
     fn doorbells(&self, _out: &mut Vec<Doorbell>) -> bool {
         false
     }
+    /// [`doorbells`](Self::doorbells) for a reader whose next look takes a lane message
+    /// itself (an express receive): a lane message already waiting, where `doorbells` gives
+    /// none, gives one that has rung.
+    fn answer_bells(&self, out: &mut Vec<Doorbell>) -> bool {
+        self.doorbells(out)
+    }
     /// The shared-memory link behind this one, for its lane ([`shm::ShmLink::lane_send`]).
     fn shm(&mut self) -> Option<&mut shm::ShmLink> {
         None
@@ -176,6 +182,9 @@ impl<L: Link + ?Sized> Link for Box<L> {
     }
     fn doorbells(&self, out: &mut Vec<Doorbell>) -> bool {
         (**self).doorbells(out)
+    }
+    fn answer_bells(&self, out: &mut Vec<Doorbell>) -> bool {
+        (**self).answer_bells(out)
     }
     fn shm(&mut self) -> Option<&mut shm::ShmLink> {
         (**self).shm()

@@ -932,25 +932,6 @@ impl ShmLink {
         (w & SLOT_SEQ == self.lane_rx_tail.wrapping_add(1) & SLOT_SEQ).then_some(w)
     }
 
-    /// The doorbells of the next message, for a reader whose next look takes a lane message
-    /// itself: as [`Link::doorbells`] gives them, and when a lane
-    /// message is already waiting (where that gives none), one that has rung. False only
-    /// where `doorbells` gives none for another reason: part of a record to read first, the
-    /// peer closed or gone.
-    pub fn answer_bells(&self, out: &mut Vec<crate::Doorbell>) -> bool {
-        if crate::Link::doorbells(self, out) {
-            return true;
-        }
-        if self.rx_left != 0 || self.peer_dead || self.peer_closed() || !self.lane_pending() {
-            return false;
-        }
-        let lane = self.lane_rx_slot(self.lane_rx_tail) as *const AtomicU64;
-        // SAFETY: the next lane slot's sequence word, as in `doorbells`. No slot's word is
-        // u64::MAX (its length would exceed a slot's), so the doorbell has rung.
-        unsafe { out.push(crate::Doorbell::new(lane, u64::MAX)) };
-        true
-    }
-
     /// Messages sent through the lane so far.
     pub fn lane_sent(&self) -> u64 {
         self.lane_tx_head
@@ -1121,6 +1102,20 @@ impl Link for ShmLink {
             out.push(crate::Doorbell::new(self.rx_word(off), 0));
             out.push(crate::Doorbell::new(lane, lane_now));
         }
+        true
+    }
+
+    fn answer_bells(&self, out: &mut Vec<crate::Doorbell>) -> bool {
+        if self.doorbells(out) {
+            return true;
+        }
+        if self.rx_left != 0 || self.peer_dead || self.peer_closed() || !self.lane_pending() {
+            return false;
+        }
+        let lane = self.lane_rx_slot(self.lane_rx_tail) as *const AtomicU64;
+        // SAFETY: the next lane slot's sequence word, as in `doorbells`. No slot's word is
+        // u64::MAX (its length would exceed a slot's), so the doorbell has rung.
+        unsafe { out.push(crate::Doorbell::new(lane, u64::MAX)) };
         true
     }
 

@@ -544,14 +544,14 @@ fn answer_bells_ring_at_once_for_a_waiting_lane_message() {
     let (mut a, mut b) = pair(MIN_CAPACITY).unwrap();
     let mut v = Vec::new();
     // Nothing there: the same doorbells as `doorbells`, quiet until something comes.
-    assert!(b.answer_bells(&mut v));
+    assert!(Link::answer_bells(&b, &mut v));
     assert_eq!(v.len(), 2);
     assert!(!any_rung(&v));
     assert!(a.lane_send([1, 0, 0], b"x"));
     assert!(any_rung(&v));
     // A lane message waiting: one doorbell, already rung.
     v.clear();
-    assert!(b.answer_bells(&mut v));
+    assert!(Link::answer_bells(&b, &mut v));
     assert!(v.len() == 1 && any_rung(&v));
     b.lane_peek().unwrap().unwrap();
     b.lane_consume();
@@ -560,11 +560,11 @@ fn answer_bells_ring_at_once_for_a_waiting_lane_message() {
     let mut buf = [0u8; 3];
     assert_eq!(b.read(&mut buf).unwrap(), 3);
     v.clear();
-    assert!(!b.answer_bells(&mut v) && v.is_empty());
+    assert!(!Link::answer_bells(&b, &mut v) && v.is_empty());
     let mut rest = [0u8; 16];
     assert_eq!(b.read(&mut rest).unwrap(), 6);
     drop(a);
-    assert!(!b.answer_bells(&mut v));
+    assert!(!Link::answer_bells(&b, &mut v));
 }
 
 /// What a reader takes next from a link with a lane: a lane message, a ring record, or
