@@ -405,7 +405,9 @@ impl LaneTicket {
     ///
     /// # Safety
     /// The engine that gave the ticket has not been called since (nor dropped), no other
-    /// ticket of it is in use, and the ticket has not taken a message before.
+    /// ticket of it is in use, and the engine hears of every message a take took
+    /// ([`Engine::lane_ticket_taken`], or in counts [`Engine::lane_hold_settled`] for a
+    /// [`LaneHold`]'s) before it is called next.
     #[inline]
     pub unsafe fn take(&self, buf: &mut [u8]) -> Option<Status> {
         // SAFETY: the link lives and nothing else uses it (the contract above).
@@ -434,6 +436,8 @@ pub struct LaneHold {
     dst_ep: EpId,
     /// Eager credit (bytes, overheads included) the answers may still spend.
     credit: u64,
+    /// The longest answer it sends: the eager limit, at most a lane slot's payload.
+    max_len: usize,
 }
 
 // SAFETY: as LaneTicket.
@@ -451,9 +455,11 @@ impl LaneHold {
     }
 
     /// The doorbells a receive of the run waits on: its peer's (see
-    /// [`hx_transport::Link::answer_bells`]) and those of the engine's other same-host links.
-    /// False (`out` empty) when it cannot wait on them: a peer closed or gone, part of a
-    /// record to read, something already there from another peer.
+    /// [`hx_transport::Link::answer_bells`]: one already rung when its lane message is there)
+    /// and those of the engine's other same-host links. False (`out` empty) when it cannot
+    /// wait on them: a peer closed or gone, part of a record to read, a lane message of
+    /// another peer waiting. (A ring record already there gives a rung doorbell: the first
+    /// read looks.)
     ///
     /// # Safety
     /// As for [`LaneTicket::take`]: the engine has not been called since the hold was made.
@@ -482,7 +488,7 @@ impl LaneHold {
     #[inline]
     pub unsafe fn send(&mut self, tag: u64, data: Option<u64>, payload: &[u8]) -> bool {
         let cost = payload.len() as u64 + hx_protocol::EAGER_OVERHEAD;
-        if cost > self.credit || payload.len() > shm::LANE_PAYLOAD {
+        if cost > self.credit || payload.len() > self.max_len {
             return false;
         }
         // SAFETY: the link lives and nothing else uses it (the contract above).
@@ -1753,16 +1759,20 @@ impl Engine {
         if credit == 0 || !self.polled.contains(&(peer, 0)) {
             return None;
         }
-        let mut others = Vec::with_capacity(self.polled.len() - 1);
-        for &(p, r) in self.polled.iter().filter(|&&pr| pr != (peer, 0)) {
-            let link = self.peers[p as usize].rails[r].link.as_deref()?;
-            others.push(std::ptr::NonNull::from(link));
-        }
+        // (As express_watch: a rail without a link has nothing to watch.)
+        let others = self
+            .polled
+            .iter()
+            .filter(|&&pr| pr != (peer, 0))
+            .filter_map(|&(p, r)| self.peers[p as usize].rails[r].link.as_deref())
+            .map(std::ptr::NonNull::from)
+            .collect();
         Some(LaneHold {
             ticket: ticket.clone(),
             others,
             dst_ep,
             credit,
+            max_len: self.core.eager_limit().min(shm::LANE_PAYLOAD),
         })
     }
 

@@ -865,18 +865,31 @@ impl HeldSide {
             f.src_ep = Some(1);
             self.hold = e.lane_ticket(self.peer, 1, f).and_then(|t| e.lane_hold(&t));
         }
+        let mut taken = None;
         if let Some(h) = &self.hold {
-            // (A message that came the engine's way, not the lane's, ends the wait.)
-            let until = std::time::Instant::now() + Duration::from_millis(200);
-            while std::time::Instant::now() < until {
-                // SAFETY: the engine is not called while the hold lasts.
-                if let Some(st) = unsafe { h.ticket().take(b) } {
-                    self.rx.0 += 1;
-                    self.rx.1 += st.len as u64;
-                    self.held_rx += 1;
-                    return st;
+            // Waits as the provider does: on the doorbells, until the lane's message is taken
+            // or something else rang (a message the engine's way: a credit grant, an answer
+            // through the ring), which ends the wait.
+            let mut bells = Vec::new();
+            // SAFETY: the engine is not called while the hold lasts.
+            let watched = unsafe { h.bells(&mut bells) };
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while watched && taken.is_none() && std::time::Instant::now() < until {
+                // SAFETY: as above; the doorbells' links are untouched.
+                let rung = bells.iter().any(|d| unsafe { d.rung() });
+                // SAFETY: as above.
+                taken = unsafe { h.ticket().take(b) };
+                // Rung, and the lane had nothing this receive takes: the engine's way.
+                if rung {
+                    break;
                 }
             }
+        }
+        if let Some(st) = taken {
+            self.rx.0 += 1;
+            self.rx.1 += st.len as u64;
+            self.held_rx += 1;
+            return st;
         }
         self.settle(e);
         e.recv(1, Some(self.peer), Some(self.tag_in), b).unwrap()

@@ -195,9 +195,11 @@ impl CqShared {
                 return Err(FI_EAGAIN);
             }
         }
-        // Also right after a delivery: a receive posted since may have taken a watch (a
-        // program that posts its next receive before it reads again, where Open MPI reads
-        // first), and a look would take the state, which ends a hold (domain.rs).
+        // Also right after a delivery, where the shortcut above does not answer: a receive
+        // posted since under the state may have taken a watch (a program that posts its next
+        // receive before it reads again, where Open MPI reads first), and a look would take
+        // the state, which ends a hold (domain.rs). (A receive a hold armed since keeps the
+        // generation: the shortcut answers that read, and the next one looks here.)
         match self.domain.idle_look(self, count > 0) {
             Idle::Quiet => return Err(FI_EAGAIN),
             Idle::Served(f, from) => {

@@ -165,8 +165,10 @@ pub enum Idle {
 /// Reads an [`IdleWatch`] answers before one looks as before.
 const IDLE_READS: u32 = 15;
 
-// SAFETY: `bells` is only touched under FI_THREAD_DOMAIN (by the application's one thread at a
-// time) or under the domain's state lock; its doorbells point into shared memory.
+// SAFETY: the cells (`bells`, `ticket`, `served`, `hold`) are only touched under
+// FI_THREAD_DOMAIN (by the application's one thread at a time) or under the domain's state
+// lock; the doorbells, tickets and holds point into shared memory and the engine's links, which
+// nothing else touches until the state is taken (see `Hold`).
 unsafe impl Sync for IdleWatch {}
 
 impl IdleWatch {
@@ -757,6 +759,11 @@ impl DomainShared {
             st.hold_posted_logged = true;
             tracing::debug!("hxcomm: a receive a hold had armed was posted after all");
         }
+        tracing::trace!(
+            tag = h.tag,
+            len = a.t.len,
+            "hxcomm: a receive a hold had armed was posted the usual way"
+        );
         let p = Pending {
             context: a.context,
             ..h.pending

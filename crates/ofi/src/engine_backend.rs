@@ -1534,13 +1534,13 @@ impl Backend for EngineBackend {
             e.lane_hold_settled(peer, received, sent);
         }
         // Each receive of the run served counts as the poll that served it would have (the
-        // backend's full rounds keep their pace).
-        self.parked_polls = self.parked_polls.saturating_add(reads);
+        // backend's full rounds keep their pace), then the idle reads it waited through.
         for _ in 0..received.0 {
             if self.count_parked_poll() {
                 self.owed = Some(Owed::FullRound);
             }
         }
+        self.parked_polls = self.parked_polls.saturating_add(reads);
     }
 
     fn take_lonely_polls(&mut self) -> u32 {

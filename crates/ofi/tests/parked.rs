@@ -15,7 +15,13 @@ fn parked_receives_keep_the_matching_rules() {
     let dir = common::provider_dir();
     let exe = common::compile_c(&dir, "parked");
     let secret = "5a".repeat(32);
-    let (ok, text) = common::run_c_env(&exe, &dir, &[], &secret, &[("HX_LOG", "debug")]);
+    let (ok, text) = common::run_c_env(
+        &exe,
+        &dir,
+        &[],
+        &secret,
+        &[("HX_LOG", "debug,hxcomm_fi::domain=trace")],
+    );
     assert!(ok, "parked failed:\n{text}");
     assert!(text.contains("parked ok"), "{text}");
     // Both processes served receives from the ring (each says so once).
@@ -57,11 +63,19 @@ fn parked_receives_keep_the_matching_rules() {
         2,
         "{text}"
     );
-    // Some receive a hold had armed (cases 16-19, 12, or one whose wait outlasted the idle
-    // reads) was posted the usual way after all.
-    assert!(
-        text.contains("a receive a hold had armed was posted after all"),
-        "{text}"
-    );
+    // In each of cases 16-19 (their receives' lengths: 16, 1 MiB, 24, 40), a receive a hold
+    // had armed was posted the usual way: the message too long, through the ring, the cancel,
+    // the second receive behind it.
+    let posted: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("a receive a hold had armed was posted the usual way"))
+        .collect();
+    for len in [16, 1 << 20, 24, 40] {
+        assert!(
+            posted.iter().any(|l| l.ends_with(&format!(" len={len}"))),
+            "no held receive of {len} bytes posted the usual way:\n{}",
+            posted.join("\n")
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

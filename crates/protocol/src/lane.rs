@@ -52,6 +52,11 @@ impl<B: Buffer> Core<B> {
         p.rails[0].tx_bytes += len as u64;
     }
 
+    /// The longest message that goes eagerly (`HX_EAGER_LIMIT`): a lane carries no longer.
+    pub fn eager_limit(&self) -> usize {
+        self.cfg.eager_limit
+    }
+
     /// Eager credit (bytes, each message's overhead included) that messages to `peer` may
     /// spend through its lane before the core hears of them ([`lane_sent_many`]): what is left
     /// while [`lane_ok`] allows a message at all, else 0. Nothing else the core holds for the
