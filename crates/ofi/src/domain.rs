@@ -73,9 +73,6 @@ struct IdleWatch {
     /// A run of receives and answers on one same-host peer's lane, with no state taken at all
     /// (see [`Hold`]); told, and dropped, by whoever takes the state next.
     hold: UnsafeCell<Option<Hold>>,
-    /// `hold` is set (fi_tinject*'s usual way, which tells a served receive only after its
-    /// send, tells a hold's answers before it: they spent the eager credit it checks).
-    holding: AtomicBool,
 }
 
 /// Receives that [`Hold`] serves before the state is taken again: the backend's full rounds
@@ -96,15 +93,13 @@ const HOLD_RUN: u32 = 64;
 struct Hold {
     /// The state's generation it was made in: valid while nobody has taken the state since.
     generation: u64,
-    /// What the receives of the run are: fi_trecv on endpoint `ep` from `addr`, `tag` and
-    /// `ignore`, with `rx_flags`, while the AV is at `av_generation` (nothing removed), into
-    /// the CQ `cq`; their sends go from `ep` to `addr`.
-    ep: u16,
-    addr: fi_addr_t,
+    /// What the receives of the run are: fi_trecv of `key` (endpoint, source address, the
+    /// AV's generation), `tag` and `ignore`, with `rx_flags`, into the CQ `cq`; its answers
+    /// go the other way between the same endpoint and address.
+    key: HoldKey,
     tag: u64,
     ignore: u64,
     rx_flags: u64,
-    av_generation: u64,
     cq: usize,
     lane: hx_engine::LaneHold,
     /// For a receive's ticket and entry: the source's peer and address, the entry's flags.
@@ -123,7 +118,9 @@ struct Hold {
     reads: u32,
 }
 
-/// A receive or an answer of a [`Hold`]: what it is to match.
+/// A receive or an answer of a [`Hold`]: what it is to match (nothing removed from the AV
+/// since, so the address names the same peer).
+#[derive(Clone, Copy, PartialEq)]
 pub(crate) struct HoldKey {
     pub ep: u16,
     pub addr: fi_addr_t,
@@ -182,7 +179,6 @@ impl IdleWatch {
             served: UnsafeCell::new(None),
             owed: AtomicBool::new(false),
             hold: UnsafeCell::new(None),
-            holding: AtomicBool::new(false),
         }
     }
 }
@@ -683,8 +679,10 @@ impl DomainShared {
     #[inline]
     pub fn lock_unsettled(&self) -> SerialGuard<'_, DomainState> {
         let mut st = self.state.lock();
-        // A hold's answers spent eager credit the send checks: told first.
-        if self.idle.holding.load(Ordering::Relaxed) {
+        // A hold's answers spent eager credit the send checks: told first (the send tells a
+        // served receive only after it).
+        // SAFETY: `hold` is only touched under the state or FI_THREAD_DOMAIN's serialization.
+        if unsafe { (*self.idle.hold.get()).is_some() } {
             self.settle_owed(&mut st);
         }
         st
@@ -714,7 +712,6 @@ impl DomainShared {
         }
         // SAFETY: as above.
         if let Some(h) = unsafe { (*self.idle.hold.get()).take() } {
-            self.idle.holding.store(false, Ordering::Relaxed);
             self.settle_hold(st, h);
         }
     }
@@ -748,11 +745,13 @@ impl DomainShared {
         }
         // SAFETY: FI_THREAD_DOMAIN, under the state.
         let slot = unsafe { &mut *self.idle.ticket.get() };
-        if !slot.as_ref().is_some_and(|a| a.held) {
-            return;
-        }
-        let Some(a) = slot.take() else {
-            return;
+        let a = match slot.take() {
+            Some(a) if a.held => a,
+            // A receive posted the usual way (its ticket's), or none: as it is.
+            other => {
+                *slot = other;
+                return;
+            }
         };
         self.idle.generation.store(0, Ordering::Relaxed);
         if !st.hold_posted_logged {
@@ -770,8 +769,15 @@ impl DomainShared {
         };
         // SAFETY: the receive's buffer, as fi_trecv gave it (valid until it completes).
         let posted = unsafe {
-            st.backend
-                .recv(h.ep, true, h.src_filter, h.tag, h.ignore, a.t.buf, a.t.len)
+            st.backend.recv(
+                h.key.ep,
+                true,
+                h.src_filter,
+                h.tag,
+                h.ignore,
+                a.t.buf,
+                a.t.len,
+            )
         };
         match posted {
             Ok(op) => st.pending.insert(op, p),
@@ -819,12 +825,10 @@ impl DomainShared {
         let (tag, ignore, rx_flags) = recv;
         let h = Hold {
             generation: self.state.generation(),
-            ep: key.ep,
-            addr: key.addr,
+            key,
             tag,
             ignore,
             rx_flags,
-            av_generation: key.av_generation,
             cq: self.idle.cq.load(Ordering::Relaxed),
             lane,
             src: a.t.src,
@@ -839,7 +843,6 @@ impl DomainShared {
         };
         // SAFETY: as above; an earlier hold was settled when the state was taken.
         unsafe { *self.idle.hold.get() = Some(h) };
-        self.idle.holding.store(true, Ordering::Relaxed);
         self.idle.owed.store(true, Ordering::Relaxed);
     }
 
@@ -866,7 +869,7 @@ impl DomainShared {
         };
         if h.generation != self.state.generation()
             || h.left == 0
-            || (h.ep, h.addr, h.av_generation) != (key.ep, key.addr, key.av_generation)
+            || h.key != *key
             || (h.tag, h.ignore, h.rx_flags) != (tag, ignore, rx_flags)
         {
             return false;
@@ -918,9 +921,7 @@ impl DomainShared {
         let Some(h) = (unsafe { &mut *self.idle.hold.get() }).as_mut() else {
             return false;
         };
-        if h.generation != self.state.generation()
-            || (h.ep, h.addr, h.av_generation) != (key.ep, key.addr, key.av_generation)
-        {
+        if h.generation != self.state.generation() || h.key != *key {
             return false;
         }
         // SAFETY: as in hold_recv.

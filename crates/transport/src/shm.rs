@@ -932,6 +932,12 @@ impl ShmLink {
         (w & SLOT_SEQ == self.lane_rx_tail.wrapping_add(1) & SLOT_SEQ).then_some(w)
     }
 
+    /// Can a reader wait on doorbells at all: no part of a record left to read, the peer
+    /// neither gone nor closed?
+    fn watchable(&self) -> bool {
+        self.rx_left == 0 && !self.peer_dead && !self.peer_closed()
+    }
+
     /// Messages sent through the lane so far.
     pub fn lane_sent(&self) -> u64 {
         self.lane_tx_head
@@ -1084,7 +1090,7 @@ impl Link for ShmLink {
     }
 
     fn doorbells(&self, out: &mut Vec<crate::Doorbell>) -> bool {
-        if self.rx_left != 0 || self.peer_dead || self.peer_closed() {
+        if !self.watchable() {
             return false;
         }
         let lane = self.lane_rx_slot(self.lane_rx_tail) as *const AtomicU64;
@@ -1109,7 +1115,7 @@ impl Link for ShmLink {
         if self.doorbells(out) {
             return true;
         }
-        if self.rx_left != 0 || self.peer_dead || self.peer_closed() || !self.lane_pending() {
+        if !self.watchable() || !self.lane_pending() {
             return false;
         }
         let lane = self.lane_rx_slot(self.lane_rx_tail) as *const AtomicU64;
